@@ -7,7 +7,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/all.html.md"""
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/11_all.ipynb #bf0cbfea
+# %% ../nbs/11_all.ipynb #f9a4e01e
 from .core import *
 from .io import *
 from .manifest import *
@@ -16,7 +16,7 @@ from .checkpoint import *
 from .preempt import REQUEUE_EXIT_CODE, StopRequests
 from .cli import ddpsafe_ls, ddpsafe_verify
 
-# %% ../nbs/11_all.ipynb #7d6dd427
+# %% ../nbs/11_all.ipynb #ab86335a
 import ddpsafe.core, ddpsafe.io, ddpsafe.manifest, ddpsafe.learner, ddpsafe.checkpoint
 __all__ = [n for m in (ddpsafe.core, ddpsafe.io, ddpsafe.manifest, ddpsafe.learner, ddpsafe.checkpoint) for n in m.__all__]
 __all__ += ['REQUEUE_EXIT_CODE', 'StopRequests', 'ddpsafe_ls', 'ddpsafe_verify']
