@@ -7,16 +7,17 @@ Docs: https://ddpsafe.github.io/ddpsafe/all.html.md"""
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/11_all.ipynb #f9a4e01e
+# %% ../nbs/11_all.ipynb #5d15906c
 from .core import *
 from .io import *
 from .manifest import *
 from .learner import *
 from .checkpoint import *
+import ddpsafe.callbacks   # patches fastai's trackers, lr_find, GatherPredsCallback, CSVLogger, TerminateOnNaNCallback
 from .preempt import REQUEUE_EXIT_CODE, StopRequests
 from .cli import ddpsafe_ls, ddpsafe_verify
 
-# %% ../nbs/11_all.ipynb #ab86335a
+# %% ../nbs/11_all.ipynb #8614f33d
 import ddpsafe.core, ddpsafe.io, ddpsafe.manifest, ddpsafe.learner, ddpsafe.checkpoint
 __all__ = [n for m in (ddpsafe.core, ddpsafe.io, ddpsafe.manifest, ddpsafe.learner, ddpsafe.checkpoint) for n in m.__all__]
 __all__ += ['REQUEUE_EXIT_CODE', 'StopRequests', 'ddpsafe_ls', 'ddpsafe_verify']
