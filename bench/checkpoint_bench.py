@@ -1,0 +1,396 @@
+"""How long a checkpoint blocks training, and how long it takes to be on disk: ddpsafe (sync and async) against the
+limits of the machine and against `torch.save`, safetensors and `torch.distributed.checkpoint`, in one run.
+
+    python bench/checkpoint_bench.py                              # 100 MB, 500 MB and 2 GB states, 5 repetitions
+    python bench/checkpoint_bench.py --sizes 100,500 --reps 3     # shorter
+    python bench/checkpoint_bench.py --dir /dev/shm/bench         # another filesystem (default: /tmp, ext4 here)
+
+The state is fp32 tensors shaped like a model and its Adam state: 17 weight matrices and, for each, `exp_avg` and
+`exp_avg_sq` (51 tensors). Every repetition runs every method once, in an order rotated from one repetition to the
+next, so that the machine's drift (2-5x between runs here, `shared/ENV.md`) hits all methods alike; ratios are taken
+within a repetition (paired), then the median over repetitions; the ratio of the best (minimum) times is kept too, as
+the estimate least touched by other processes (they can only add time). One unmeasured warm-up repetition runs first (it also
+allocates ddpsafe's buffers and DCP's cached stager, as the first save of a training run would).
+
+Methods (blocking: how long the training loop waits; total: until the checkpoint is durable on disk):
+- `memcpy`: the state copied into preallocated buffers that are reused (`Tensor.copy_`): the floor for any blocking copy.
+- `clone`: a fresh `clone()` of every tensor (what a copy costs without reused buffers).
+- `raw_write`: the same bytes written sequentially to one file, then `fsync`: the floor for any durable write.
+- `ddpsafe_sync`: `ddpsafe.manifest.write_checkpoint` with the writers `CheckpointCallback` uses (`checkpoint._writers`:
+  `model.safetensors`, `optimizer.pt`, `state.pt`, `rng.pt`), i.e. what `CheckpointCallback._commit` does before rotating:
+  each file fsynced and checksummed (xxh3), manifest, rename, folder fsync. Blocking = total.
+- `ddpsafe_async`: blocking = `StateBuffers.copy` of the state (what `Learner.snapshot` does under the step lock) plus
+  handing the same `write_checkpoint` to an `AsyncWriter`; total = until `AsyncWriter.wait()` returns.
+- `torch_save`: `torch.save` of the state to one file + `fsync` (fastai's `Learner.save` does the `torch.save`, no fsync).
+- `safetensors`: `safetensors.torch.save_file` of the flattened state + `fsync`.
+- `dcp_save`: `torch.distributed.checkpoint.save` (its `FileSystemWriter` fsyncs by default). Blocking = total.
+- `dcp_async`: `torch.distributed.checkpoint.async_save` with its defaults: blocking = until it returns; total = until
+  its future resolves.
+- `dcp_async_cached`: the same with `DefaultStager(StagingOptions(False, False, False, False))`, DCP's staging that
+  keeps its CPU copy between calls (its `cache_staged_state_dict=True` writer option pins memory and fails without CUDA).
+
+DCP runs in a single process without a process group (`no_dist` is inferred). Results: `bench/results/checkpoint.json`
+and the plots `checkpoint_blocking.png`, `checkpoint_total.png`."""
+from __future__ import annotations
+import os, gc, sys, json, time, shutil, ctypes, argparse, platform, warnings, datetime, statistics, subprocess
+from pathlib import Path
+import torch
+
+HERE = Path(__file__).resolve().parent
+N_LAYERS = 17                 # 17 weights + 17 exp_avg + 17 exp_avg_sq = 51 tensors
+ROW = 1024                    # every tensor is (rows, 1024) fp32
+
+# ------------------------------------------------------------------------------------------------------------
+# The state
+
+def make_state(nbytes:int, seed:int=0) -> dict:
+    "A model and Adam state of about `nbytes` fp32 bytes, shaped as fastai's `Optimizer.state_dict()`"
+    g = torch.Generator().manual_seed(seed)
+    rows = max(1, round(nbytes / (3*N_LAYERS*ROW*4)))
+    model = {f'layers.{i}.weight': torch.randn(rows, ROW, generator=g) for i in range(N_LAYERS)}
+    opt = dict(state=[dict(exp_avg=torch.randn(rows, ROW, generator=g), exp_avg_sq=torch.rand(rows, ROW, generator=g), step=1000)
+                      for _ in range(N_LAYERS)],
+               hypers=[dict(lr=1e-3, mom=0.9, sqr_mom=0.99, eps=1e-5, wd=0.01)])
+    return dict(model=model, opt=opt)
+
+def tensors(state) -> list:
+    "Every tensor of `state`, in a fixed order"
+    out = []
+    def walk(o):
+        if isinstance(o, torch.Tensor): out.append(o)
+        elif isinstance(o, dict): [walk(v) for v in o.values()]
+        elif isinstance(o, (list, tuple)): [walk(v) for v in o]
+    walk(state)
+    return out
+
+def flat(state) -> dict:
+    "The tensors of `state` under dotted names, for safetensors"
+    out = {}
+    def walk(o, name):
+        if isinstance(o, torch.Tensor): out[name] = o
+        elif isinstance(o, dict): [walk(v, f'{name}.{k}' if name else str(k)) for k, v in o.items()]
+        elif isinstance(o, (list, tuple)): [walk(v, f'{name}.{i}') for i, v in enumerate(o)]
+    walk(state, '')
+    return out
+
+def nbytes(state) -> int: return sum(t.numel()*t.element_size() for t in tensors(state))
+
+def fsync_file(path):
+    fd = os.open(path, os.O_RDONLY)
+    try: os.fsync(fd)
+    finally: os.close(fd)
+
+def load() -> dict:
+    "How busy the machine is: 1-minute load average and the share of the last 10 s some task waited for a CPU"
+    out = dict(load1=os.getloadavg()[0])
+    try: out['cpu_pressure_avg10'] = float(Path('/proc/pressure/cpu').read_text().split()[1].split('=')[1])
+    except (OSError, IndexError, ValueError): pass
+    return out
+
+def wait_quiet(max_s:float, below:float=50.) -> float:
+    "Wait up to `max_s` seconds for the CPU pressure (avg10, %) to drop below `below`; the seconds waited"
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < max_s and load().get('cpu_pressure_avg10', 0) >= below: time.sleep(1)
+    return time.monotonic() - t0
+
+def trim():
+    "Give freed memory back to the OS"
+    gc.collect()
+    try: ctypes.CDLL('libc.so.6').malloc_trim(0)
+    except OSError: pass
+
+# ------------------------------------------------------------------------------------------------------------
+# The methods: each returns (blocking seconds, total seconds, extra details)
+
+class Bench:
+    def __init__(self, state, folder:Path):
+        from ddpsafe.snapshot import StateBuffers, AsyncWriter
+        from ddpsafe.checkpoint import rng_state
+        from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+        self.state, self.folder, self.flat = state, folder, flat(state)
+        self.bufs = [torch.empty_like(t) for t in tensors(state)]           # memcpy's reused buffers
+        self.sbufs, self.writer = StateBuffers(), AsyncWriter()               # ddpsafe's
+        self.stager = DefaultStager(StagingOptions(False, False, False, False))
+        self.rngs = [rng_state()]
+        self.meta = dict(epoch=0, iter=1, epoch_done=False, reason='steps', world_size=1, monitor='valid_loss', metric=None)
+        self.ckstate = dict(epoch=0, iter=1, train_iter=1000, global_step=1000, world_size=1)   # state.pt: small
+        self.n = 0
+
+    def target(self, name) -> Path:
+        self.n += 1
+        return self.folder/f'{name}-{self.n}'
+
+    def memcpy(self):
+        t0 = time.perf_counter()
+        for b, t in zip(self.bufs, tensors(self.state)): b.copy_(t)
+        dt = time.perf_counter() - t0
+        return dt, dt, {}
+
+    def clone(self):
+        t0 = time.perf_counter()
+        c = [t.clone() for t in tensors(self.state)]
+        dt = time.perf_counter() - t0
+        del c
+        return dt, dt, {}
+
+    def raw_write(self):
+        p = self.target('raw')
+        t0 = time.perf_counter()
+        with open(p, 'wb', buffering=0) as f:
+            for t in tensors(self.state): f.write(memoryview(t.numpy()).cast('B'))
+            t1 = time.perf_counter()
+            os.fsync(f.fileno())
+        dt = time.perf_counter() - t0
+        return dt, dt, dict(fsync=time.perf_counter() - t1)
+
+    def _ddpsafe_files(self, snap, timings=None):
+        from ddpsafe.checkpoint import _writers
+        files = _writers(snap['model'], snap['opt'], self.ckstate, self.rngs)
+        if timings is None: return files
+        def timed(name, w):
+            def write(p):
+                t0 = time.perf_counter(); w(p); timings[name] = time.perf_counter() - t0
+            return write
+        return {k: timed(k, w) for k, w in files.items()}
+
+    def ddpsafe_sync(self):
+        from ddpsafe.manifest import write_checkpoint
+        timings = {}
+        t0 = time.perf_counter()
+        write_checkpoint(self.target('ddpsafe-sync'), 1000, self._ddpsafe_files(self.state, timings), self.meta)
+        dt = time.perf_counter() - t0
+        return dt, dt, dict(writers=timings, fsync_checksums_manifest=dt - sum(timings.values()))
+
+    def ddpsafe_async(self):
+        from ddpsafe.manifest import write_checkpoint
+        root = self.target('ddpsafe-async')
+        c0, t0 = time.process_time(), time.perf_counter()
+        snap = self.sbufs.copy(self.state)
+        t1 = time.perf_counter()
+        err = self.writer.submit(lambda: write_checkpoint(root, 1000, self._ddpsafe_files(snap), self.meta))
+        t2, c2 = time.perf_counter(), time.process_time()
+        err = err or self.writer.wait()
+        t3 = time.perf_counter()
+        if err is not None: raise err
+        return t2 - t0, t3 - t0, dict(copy=t1 - t0, submit=t2 - t1, blocking_cpu=c2 - c0, buffers_bytes=self.sbufs.nbytes)
+
+    def torch_save(self):
+        p = self.target('torch.pt')
+        t0 = time.perf_counter()
+        torch.save(self.state, p)
+        t1 = time.perf_counter()
+        fsync_file(p)
+        dt = time.perf_counter() - t0
+        return dt, dt, dict(fsync=time.perf_counter() - t1)
+
+    def safetensors(self):
+        import safetensors.torch as st
+        p = self.target('st.safetensors')
+        t0 = time.perf_counter()
+        st.save_file(self.flat, str(p))
+        t1 = time.perf_counter()
+        fsync_file(p)
+        dt = time.perf_counter() - t0
+        return dt, dt, dict(fsync=time.perf_counter() - t1)
+
+    def dcp_save(self):
+        import torch.distributed.checkpoint as dcp
+        t0 = time.perf_counter()
+        dcp.save(self.state, checkpoint_id=self.target('dcp'))
+        dt = time.perf_counter() - t0
+        return dt, dt, {}
+
+    def _dcp_async(self, **kwargs):
+        import torch.distributed.checkpoint as dcp
+        t0 = time.perf_counter()
+        res = dcp.async_save(self.state, checkpoint_id=self.target('dcp-async'), **kwargs)
+        t1 = time.perf_counter()
+        if hasattr(res, 'staging_completion'): res.staging_completion.result(); t1 = time.perf_counter(); res = res.upload_completion
+        res.result()
+        return t1 - t0, time.perf_counter() - t0, {}
+
+    def dcp_async(self): return self._dcp_async()
+    def dcp_async_cached(self): return self._dcp_async(async_stager=self.stager)
+
+    def close(self):
+        self.writer.wait(); self.stager.close()
+
+METHODS = ['memcpy', 'clone', 'raw_write', 'ddpsafe_sync', 'ddpsafe_async', 'torch_save', 'safetensors',
+           'dcp_save', 'dcp_async', 'dcp_async_cached']
+
+# ------------------------------------------------------------------------------------------------------------
+# One size
+
+def measure_size(mb:int, reps:int, root:Path, settle:float=0.2, quiet:float=0., log=print) -> dict:
+    "Every method on a state of `mb` MB, `reps` repetitions after one warm-up; the raw timings"
+    state = make_state(mb*10**6)
+    folder = root/f'{mb}MB'; shutil.rmtree(folder, ignore_errors=True); folder.mkdir(parents=True)
+    b = Bench(state, folder)
+    runs, machine_load = {m: [] for m in METHODS}, []
+    try:
+        for rep in range(-1, reps):                 # rep -1: warm-up, not recorded
+            k = max(rep, 0) % len(METHODS)
+            order = METHODS[k:] + METHODS[:k]       # rotated each repetition
+            waited = wait_quiet(quiet) if rep >= 0 and quiet else 0.
+            before = load()
+            for m in order:
+                os.sync(); time.sleep(settle)       # earlier writes and deletions settle before the next method
+                c0 = time.process_time()
+                blocking, total, extra = getattr(b, m)()
+                cpu = time.process_time() - c0
+                shutil.rmtree(folder, ignore_errors=True); folder.mkdir()
+                trim()
+                if rep >= 0: runs[m].append(dict(blocking=blocking, total=total, cpu=cpu, order=order.index(m), **extra))
+            if rep >= 0: machine_load.append(dict(before=before, after=load(), waited_for_quiet_s=waited))
+            if rep >= 0:
+                log(f'  {mb} MB rep {rep+1}/{reps}: ' + ', '.join(f'{m} {runs[m][-1]["blocking"]:.3f}/{runs[m][-1]["total"]:.3f}' for m in METHODS))
+    finally:
+        b.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    size = dict(mb=mb, bytes=nbytes(state), n_tensors=len(tensors(state)), runs=runs, machine_load=machine_load)
+    del b, state; trim()
+    return size
+
+GOALS = {
+    'async_blocking_over_memcpy': ('ddpsafe async blocking / memcpy into reused buffers', '<=', 1.2),
+    'sync_throughput_over_raw': ('ddpsafe sync throughput / raw sequential write + fsync throughput', '>=', 0.85),
+    'async_blocking_over_dcp_async': ('ddpsafe async blocking / DCP async_save blocking (defaults)', '<', 1.0),
+    'async_blocking_over_dcp_async_cached': ('ddpsafe async blocking / DCP async_save blocking (cached stager)', '<', 1.0),
+}
+
+def summarize(size:dict) -> dict:
+    "Medians per method, and the goal ratios, paired within each repetition"
+    runs, gb = size['runs'], size['bytes']/1e9
+    med = {m: dict(blocking=statistics.median(r['blocking'] for r in rs), total=statistics.median(r['total'] for r in rs),
+                   min_total=min(r['total'] for r in rs), max_total=max(r['total'] for r in rs)) for m, rs in runs.items()}
+    for m in med: med[m]['total_gbps'] = gb/med[m]['total']; med[m]['blocking_gbps'] = gb/med[m]['blocking']
+    def paired(f): return [f(i) for i in range(len(runs['memcpy']))]
+    per_rep = {
+        'async_blocking_over_memcpy': paired(lambda i: runs['ddpsafe_async'][i]['blocking']/runs['memcpy'][i]['blocking']),
+        'sync_throughput_over_raw': paired(lambda i: runs['raw_write'][i]['total']/runs['ddpsafe_sync'][i]['total']),
+        'async_blocking_over_dcp_async': paired(lambda i: runs['ddpsafe_async'][i]['blocking']/runs['dcp_async'][i]['blocking']),
+        'async_blocking_over_dcp_async_cached': paired(lambda i: runs['ddpsafe_async'][i]['blocking']/runs['dcp_async_cached'][i]['blocking']),
+    }
+    of_medians = {
+        'async_blocking_over_memcpy': med['ddpsafe_async']['blocking']/med['memcpy']['blocking'],
+        'sync_throughput_over_raw': med['raw_write']['total']/med['ddpsafe_sync']['total'],
+        'async_blocking_over_dcp_async': med['ddpsafe_async']['blocking']/med['dcp_async']['blocking'],
+        'async_blocking_over_dcp_async_cached': med['ddpsafe_async']['blocking']/med['dcp_async_cached']['blocking'],
+    }
+    cpu_ratio = [a.get('blocking_cpu', 0)/m['cpu'] if m['cpu'] else None for a, m in zip(runs['ddpsafe_async'], runs['memcpy'])]
+    cpu_ratio = [r for r in cpu_ratio if r is not None]
+    best = {m: dict(blocking=min(r['blocking'] for r in rs), total=min(r['total'] for r in rs)) for m, rs in runs.items()}
+    of_minimums = {
+        'async_blocking_over_memcpy': best['ddpsafe_async']['blocking']/best['memcpy']['blocking'],
+        'sync_throughput_over_raw': best['raw_write']['total']/best['ddpsafe_sync']['total'],
+        'async_blocking_over_dcp_async': best['ddpsafe_async']['blocking']/best['dcp_async']['blocking'],
+        'async_blocking_over_dcp_async_cached': best['ddpsafe_async']['blocking']/best['dcp_async_cached']['blocking'],
+    }
+    ratios = dict(async_blocking_over_memcpy_cpu_time=dict(
+        what='the same, in CPU time of the process (less sensitive to other processes on the machine); not a goal',
+        median_paired=statistics.median(cpu_ratio) if cpu_ratio else None, per_rep=cpu_ratio))
+    for k, (what, op, goal) in GOALS.items():
+        v = statistics.median(per_rep[k])
+        met = v <= goal if op == '<=' else v >= goal if op == '>=' else v < goal
+        b = of_minimums[k]
+        met_best = b <= goal if op == '<=' else b >= goal if op == '>=' else b < goal
+        ratios[k] = dict(what=what, goal=f'{op} {goal}', median_paired=v, of_medians=of_medians[k], of_minimums=b,
+                         per_rep=per_rep[k], met=bool(met), met_of_minimums=bool(met_best))
+    return dict(median=med, best=best, ratios=ratios)
+
+# ------------------------------------------------------------------------------------------------------------
+# Machine facts
+
+def filesystem(path:Path) -> dict:
+    "The mount that holds `path`: mount point, type, device"
+    path, best = Path(path).resolve(), None
+    for line in Path('/proc/mounts').read_text().splitlines():
+        dev, mnt, typ, *_ = line.split()
+        if (path == Path(mnt) or Path(mnt) in path.parents) and (best is None or len(mnt) > len(best[1])): best = (dev, mnt, typ)
+    return dict(path=str(path), device=best[0], mount=best[1], type=best[2]) if best else dict(path=str(path))
+
+def machine() -> dict:
+    cpu = next((l.split(':', 1)[1].strip() for l in Path('/proc/cpuinfo').read_text().splitlines() if l.startswith('model name')), platform.processor())
+    mem = next((int(l.split()[1])*1024 for l in Path('/proc/meminfo').read_text().splitlines() if l.startswith('MemTotal')), None)
+    import safetensors, fastai, ddpsafe
+    try: commit = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=HERE, capture_output=True, text=True).stdout.strip()
+    except OSError: commit = None
+    return dict(cpu=cpu, cores=os.cpu_count(), mem_bytes=mem, platform=platform.platform(), python=platform.python_version(),
+                torch=torch.__version__, torch_threads=torch.get_num_threads(), safetensors=safetensors.__version__,
+                fastai=fastai.__version__, ddpsafe=ddpsafe.__version__, git_commit=commit)
+
+# ------------------------------------------------------------------------------------------------------------
+# Plots
+
+LABELS = dict(memcpy='memcpy\n(reused)', clone='clone()', raw_write='raw write\n+fsync', ddpsafe_sync='ddpsafe\nsync',
+              ddpsafe_async='ddpsafe\nasync', torch_save='torch.save\n+fsync', safetensors='safetensors\n+fsync',
+              dcp_save='DCP\nsave', dcp_async='DCP\nasync_save', dcp_async_cached='DCP async\n(cached)')
+
+def plot(results:dict, kind:str, path=None):
+    "Horizontal bars of the median `kind` ('blocking' or 'total') seconds per method, one panel per size"
+    import matplotlib; matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    sizes = results['sizes']
+    fig, axs = plt.subplots(1, len(sizes), figsize=(5*len(sizes), 4), squeeze=False)
+    for ax, s in zip(axs[0], sizes):
+        meths = [m for m in METHODS if kind == 'total' or m != 'raw_write']
+        vals = [s['median'][m][kind] for m in meths]
+        cols = ['tab:green' if m.startswith('ddpsafe') else 'tab:gray' if m in ('memcpy', 'clone', 'raw_write') else 'tab:blue' for m in meths]
+        ax.barh(range(len(meths)), vals, color=cols)
+        ax.set_yticks(range(len(meths)), [LABELS[m].replace('\n', ' ') for m in meths], fontsize=8); ax.invert_yaxis()
+        ax.set_title(f'{s["bytes"]/1e6:.0f} MB, {s["n_tensors"]} tensors', fontsize=10); ax.set_xlabel(f'{kind}, seconds (median)', fontsize=8)
+        for i, v in enumerate(vals): ax.text(v, i, f' {v:.2f}', va='center', fontsize=7)
+        ax.set_xlim(0, max(vals)*1.25)
+    fs = results['filesystem']
+    fig.suptitle(f'Checkpoint {kind} time, median of {results["reps"]} (green: ddpsafe, gray: machine limits, blue: others); '
+                 f'{fs.get("type")} on {fs.get("device")}, {results["date"][:10]}', fontsize=10)
+    fig.tight_layout()
+    if path: fig.savefig(path, dpi=110)
+    return fig
+
+# ------------------------------------------------------------------------------------------------------------
+
+def replot(out:Path) -> dict:
+    "Recompute the summaries of `out/checkpoint.json` from its raw timings, and redraw its plots"
+    results = json.loads((out/'checkpoint.json').read_text())
+    for size in results['sizes']: size.update(summarize(size))
+    (out/'checkpoint.json').write_text(json.dumps(results, indent=1))
+    plot(results, 'blocking', out/'checkpoint_blocking.png'); plot(results, 'total', out/'checkpoint_total.png')
+    return results
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--sizes', default='100,500,2000', help='state sizes in MB, comma separated (default 100,500,2000)')
+    p.add_argument('--reps', type=int, default=5, help='measured repetitions per size (default 5), after one warm-up')
+    p.add_argument('--dir', default='/tmp/ddpsafe-bench', help='where the checkpoints are written (default /tmp/ddpsafe-bench)')
+    p.add_argument('--out', default=str(HERE/'results'), help='folder for checkpoint.json and the plots')
+    p.add_argument('--settle', type=float, default=0.2, help='seconds to pause (after os.sync) before each measurement')
+    p.add_argument('--quiet', type=float, default=30., help='before each repetition, wait up to this many seconds for the CPU pressure to drop below 50%%')
+    p.add_argument('--replot', action='store_true', help='only recompute the summaries and plots of an existing checkpoint.json')
+    a = p.parse_args(argv)
+    warnings.filterwarnings('ignore')
+    if a.replot: return replot(Path(a.out))
+    torch.manual_seed(0)
+    root, out = Path(a.dir), Path(a.out); root.mkdir(parents=True, exist_ok=True); out.mkdir(parents=True, exist_ok=True)
+    results = dict(benchmark='checkpoint', date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+                   machine=machine(), filesystem=filesystem(root), reps=a.reps, warmup_reps=1, methods=METHODS,
+                   goals={k: dict(what=w, goal=f'{op} {g}') for k, (w, op, g) in GOALS.items()},
+                   settle_s=a.settle, quiet_wait_s=a.quiet, load_at_start=load(),
+                   command=' '.join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]), sizes=[])
+    print(f'writing to {results["filesystem"]}; torch {torch.__version__}, {torch.get_num_threads()} threads')
+    t0 = time.time()
+    for mb in [int(s) for s in a.sizes.split(',')]:
+        size = measure_size(mb, a.reps, root, a.settle, a.quiet)
+        size.update(summarize(size))
+        results['sizes'].append(size)
+        for k, r in size['ratios'].items():
+            if 'goal' not in r: continue
+            print(f'{mb} MB: {k} = {r["median_paired"]:.3f} (of medians {r["of_medians"]:.3f}, of minimums {r["of_minimums"]:.3f}; '
+                  f'goal {r["goal"]}: {"met" if r["met"] else "MISSED"}, best-of-N {"met" if r["met_of_minimums"] else "MISSED"})')
+    results['seconds'] = time.time() - t0
+    (out/'checkpoint.json').write_text(json.dumps(results, indent=1))
+    plot(results, 'blocking', out/'checkpoint_blocking.png'); plot(results, 'total', out/'checkpoint_total.png')
+    print(f'wrote {out/"checkpoint.json"} and plots in {results["seconds"]:.0f}s')
+    return results
+
+if __name__ == '__main__': main()
