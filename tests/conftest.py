@@ -3,12 +3,21 @@
 `DDPSAFE_FULL=1` switches every race from its short count to its full count (50 by default).
 `DDPSAFE_RACE_REPORT=path` appends one JSON line per race to `path`."""
 from __future__ import annotations
-import os, json, time
+import os, sys, json, time, importlib.util
+from pathlib import Path
 import pytest
 
 def full_run() -> bool:
     "Is this a full run (`DDPSAFE_FULL=1`)?"
     return os.environ.get('DDPSAFE_FULL', '').strip().lower() not in ('', '0', 'false', 'no')
+
+def train_ckpt():
+    "tests/scripts/train_ckpt.py as a module: one copy per session, so the test files share its cache of baselines"
+    name = 'ddpsafe_train_ckpt'
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parent/'scripts'/'train_ckpt.py')
+        m = importlib.util.module_from_spec(spec); sys.modules[name] = m; spec.loader.exec_module(m)
+    return sys.modules[name]
 
 def attempts(short:int, full:int=50) -> int:
     "`full` attempts when `DDPSAFE_FULL=1`, else `short`"

@@ -16,18 +16,8 @@ from pathlib import Path
 import pytest
 from ddpsafe.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint, read_manifest, checkpoint_name, MANIFEST
 
-def _helpers():
-    "tests/scripts/train_ckpt.py as a module: one copy per session, so both test files share its cache of baselines"
-    name = 'ddpsafe_train_ckpt'
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).parent/'scripts'/'train_ckpt.py')
-        m = importlib.util.module_from_spec(spec); sys.modules[name] = m; spec.loader.exec_module(m)
-    return sys.modules[name]
-tc = _helpers()
-
-try: from conftest import full_run
-except ImportError:
-    def full_run() -> bool: return os.environ.get('DDPSAFE_FULL', '').strip().lower() not in ('', '0', 'false', 'no')
+from conftest import train_ckpt, full_run
+tc = train_ckpt()
 FULL = full_run()
 BIN = Path(sys.executable).parent
 N_EPOCH, STEPS = 4, 12          # one_cycle / fit: 4 epochs of 3 steps; fine_tune(3, freeze_epochs=1): 3 + 9 steps
