@@ -6,40 +6,86 @@ Docs: https://ddpsafe.github.io/ddpsafe/callbacks.html.md"""
 
 # %% ../nbs/04_callbacks.ipynb #6191a7ad
 from __future__ import annotations
-import os, shutil, tempfile, warnings
+import os, sys, shutil, tempfile, warnings, weakref
 from pathlib import Path
 import torch
 from fastcore.basics import patch
 from fastai.torch_core import find_bs
-from fastai.callback.core import CancelFitException, GatherPredsCallback
-from fastai.callback.tracker import TrackerCallback, SaveModelCallback, TerminateOnNaNCallback
-from fastai.callback.schedule import LRFinder
-from fastai.callback.progress import CSVLogger
+from fastai.learner import Learner
+from fastai.callback.core import Callback, CancelFitException, GatherPredsCallback
 from .core import *
 from .io import *
-from .learner import fastai_stock
+from .learner import fastai_stock, when_imported
 
 # %% auto #0
-__all__ = []
+__all__ = ['patch_fastai', 'fitting', 'training_fit', 'at_fit_end']
 
 # %% ../nbs/04_callbacks.ipynb #3c3b2095
-_replaced = {TrackerCallback: ['after_epoch'], SaveModelCallback: ['after_fit'], TerminateOnNaNCallback: ['after_batch'],
-             LRFinder: ['before_fit', 'after_batch', 'after_fit'], GatherPredsCallback: ['after_batch'],
-             CSVLogger: ['before_fit', '_write_line', 'after_epoch', 'after_fit']}
-for _cls, _names in _replaced.items():
-    for _n in _names: fastai_stock.setdefault(f'{_cls.__name__}.{_n}', _cls.__dict__.get(_n))
+_deferred = {}   # fastai module -> patches waiting for it to be imported
+
+def patch_fastai(module:str, # The fastai module that defines the class, e.g. 'fastai.callback.tracker'
+                 target:str  # 'Class.method' to set
+                ):
+    "Decorator: set `target` of `module` to the function once `module` is imported (now, if it is); fastai's own is kept in `fastai_stock`"
+    cls_name, name = target.split('.')
+    def deco(f):
+        def apply():
+            cls = getattr(sys.modules[module], cls_name)
+            fastai_stock.setdefault(target, cls.__dict__.get(name))
+            f.__name__, f.__qualname__ = name, target
+            setattr(cls, name, f)
+        if module in sys.modules: apply()
+        elif module in _deferred: _deferred[module].append(apply)
+        else:
+            _deferred[module] = [apply]
+            when_imported(module, lambda: [a() for a in _deferred.pop(module)])
+        return f
+    return deco
+
+fastai_stock.setdefault('Learner.fit', Learner.fit); fastai_stock.setdefault('GatherPredsCallback.after_batch', GatherPredsCallback.after_batch)
+
+# %% ../nbs/04_callbacks.ipynb #484fb9af
+_fits = weakref.WeakKeyDictionary()   # learner -> what to close when its `fit` ends, while it is inside one
+
+def fitting(learn:Learner) -> bool:
+    "Is `learn` inside `fit` now?"
+    return learn in _fits
+
+def training_fit(learn:Learner) -> bool:
+    "Is `learn` inside a `fit` that trains: not `lr_find`'s mock one, not outside `fit`?"
+    return fitting(learn) and not hasattr(learn, 'lr_finder')
+
+def at_fit_end(learn:Learner, close):
+    "Call `close()` when `learn`'s current `fit` ends, however it ends"
+    _fits[learn].append(close)
+
+# %% ../nbs/04_callbacks.ipynb #d05f3c17
+@patch
+def fit(self:Learner, n_epoch, lr=None, wd=None, cbs=None, reset_opt=False, start_epoch=0):
+    "fastai's `fit`, marked as running for `fitting`; however it ends, what was registered with `at_fit_end` is closed"
+    if fitting(self): return fastai_stock['Learner.fit'](self, n_epoch, lr=lr, wd=wd, cbs=cbs, reset_opt=reset_opt, start_epoch=start_epoch)
+    _fits[self] = []
+    try: return fastai_stock['Learner.fit'](self, n_epoch, lr=lr, wd=wd, cbs=cbs, reset_opt=reset_opt, start_epoch=start_epoch)
+    finally:
+        for close in _fits.pop(self, []): close()
+
+# %% ../nbs/04_callbacks.ipynb #fba729d3
+@patch_fastai('fastai.callback.tracker', 'TrackerCallback.__call__')
+def tracker_call(self, event_name):
+    "fastai's event dispatch, inside a training `fit` only"
+    if training_fit(self.learn): return Callback.__call__(self, event_name)
 
 # %% ../nbs/04_callbacks.ipynb #3084b4a2
-@patch
-def after_epoch(self:TrackerCallback):
+@patch_fastai('fastai.callback.tracker', 'TrackerCallback.after_epoch')
+def tracker_after_epoch(self):
     "Compare the last value to the best up to now on rank 0; every rank takes rank 0's `best` and `new_best`"
     val = self.recorder.values[-1][self.idx]
     new_best = bool(self.comp(val - self.min_delta, self.best))
     self.best,self.new_best = agree((val if new_best else self.best, new_best))
 
 # %% ../nbs/04_callbacks.ipynb #fefefd90
-@patch
-def _load_best(self:SaveModelCallback):
+@patch_fastai('fastai.callback.tracker', 'SaveModelCallback._load_best')
+def save_model_load_best(self):
     "Load the best model on every rank if rank 0 has its file; else warn on every rank"
     file = self.path/self.model_dir/f'{self.fname}.pth'
     file, exists = agree((file, file.exists()))
@@ -49,22 +95,23 @@ def _load_best(self:SaveModelCallback):
                   f'improved on {self.best} (a NaN never does). The model keeps the weights of its last epoch.')
 
 # %% ../nbs/04_callbacks.ipynb #003892a6
-@patch
-def after_fit(self:SaveModelCallback, **kwargs):
+@patch_fastai('fastai.callback.tracker', 'SaveModelCallback.after_fit')
+def save_model_after_fit(self, **kwargs):
     "Save the model (`at_end`) or load the best one, the same on every rank"
     if self.at_end: self._save(f'{self.fname}')
     elif not self.every_epoch: self._load_best()
 
 # %% ../nbs/04_callbacks.ipynb #ab42f881
-@patch
-def after_batch(self:TerminateOnNaNCallback):
+@patch_fastai('fastai.callback.tracker', 'TerminateOnNaNCallback.after_batch')
+def terminate_on_nan_after_batch(self):
     "Stop training on every rank when the loss is NaN or infinite on any rank"
     if any_rank(bool(torch.isinf(self.loss) or torch.isnan(self.loss))): raise CancelFitException
 
 # %% ../nbs/04_callbacks.ipynb #34080eb8
-@patch
-def before_fit(self:LRFinder):
+@patch_fastai('fastai.callback.schedule', 'LRFinder.before_fit')
+def lr_finder_before_fit(self):
     "Save the weights to a temporary folder that rank 0 creates and names; under DDP, ask for enough epochs for `num_it` batches"
+    from fastai.callback.schedule import LRFinder
     super(LRFinder, self).before_fit()
     if coordinating(): self.learn.n_epoch = max(self.n_epoch, self.num_it//len(self.dls.train) + 1)
     models = prepare_dir(self.path/self.model_dir)
@@ -73,17 +120,18 @@ def before_fit(self:LRFinder):
     self.best_loss = float('inf')
 
 # %% ../nbs/04_callbacks.ipynb #5bb7fde9
-@patch
-def after_batch(self:LRFinder):
+@patch_fastai('fastai.callback.schedule', 'LRFinder.after_batch')
+def lr_finder_after_batch(self):
     "Record this batch's hyper-parameters; stop when rank 0's loss diverges, or after `num_it` batches"
+    from fastai.callback.schedule import LRFinder
     super(LRFinder, self).after_batch()
     if self.smooth_loss < self.best_loss: self.best_loss = self.smooth_loss
     if self.stop_div and agree(bool(self.smooth_loss > 4*self.best_loss)): raise CancelFitException()
     if self.train_iter >= self.num_it: raise CancelFitException()
 
 # %% ../nbs/04_callbacks.ipynb #b89a92f6
-@patch
-def after_fit(self:LRFinder):
+@patch_fastai('fastai.callback.schedule', 'LRFinder.after_fit')
+def lr_finder_after_fit(self):
     "Load the weights saved before the mock training on every rank; rank 0 removes the temporary folder"
     self.learn.opt.zero_grad()
     tmp = self.path/self.model_dir/self.tmp_p
@@ -111,9 +159,8 @@ def _append_line(file,      # A file open for writing
     "Append `line` to `file` and flush it to disk, as fastai's `CSVLogger` does"
     file.write(line + '\n'); file.flush(); os.fsync(file.fileno())
 
-# %% ../nbs/04_callbacks.ipynb #3de43799
-@patch
-def before_fit(self:CSVLogger):
+@patch_fastai('fastai.callback.progress', 'CSVLogger.before_fit')
+def csv_logger_before_fit(self):
     "Open the log and write its header on rank 0 only; every rank keeps its lines through `_write_line`"
     if hasattr(self, "gather_preds"): return
     self.file,self.lines = None,[]
@@ -124,16 +171,14 @@ def before_fit(self:CSVLogger):
     on_main(_open)
     self.old_logger,self.learn.logger = self.logger,self._write_line
 
-# %% ../nbs/04_callbacks.ipynb #0b531968
-@patch
-def _write_line(self:CSVLogger, log):
+@patch_fastai('fastai.callback.progress', 'CSVLogger._write_line')
+def csv_logger_write_line(self, log):
     "Keep a line with `log` for rank 0 to write, and call the old logger"
     self.lines.append(','.join([str(t) for t in log]))
     self.old_logger(log)
 
-# %% ../nbs/04_callbacks.ipynb #aab0e60f
-@patch
-def _flush_lines(self:CSVLogger, close:bool=False): # Close the file afterwards?
+@patch_fastai('fastai.callback.progress', 'CSVLogger._flush_lines')
+def csv_logger_flush_lines(self, close:bool=False): # Close the file afterwards?
     "Append rank 0's lines to the log on rank 0; every rank returns once they are on disk"
     lines,self.lines = self.lines,[]
     def _write():
@@ -141,16 +186,14 @@ def _flush_lines(self:CSVLogger, close:bool=False): # Close the file afterwards?
         if close: self.file.close()
     on_main(_write)
 
-# %% ../nbs/04_callbacks.ipynb #2e792070
-@patch
-def after_epoch(self:CSVLogger):
+@patch_fastai('fastai.callback.progress', 'CSVLogger.after_epoch')
+def csv_logger_after_epoch(self):
     "Write this epoch's line, on rank 0"
     if hasattr(self, "gather_preds"): return
     self._flush_lines()
 
-# %% ../nbs/04_callbacks.ipynb #bb3f21dd
-@patch
-def after_fit(self:CSVLogger):
+@patch_fastai('fastai.callback.progress', 'CSVLogger.after_fit')
+def csv_logger_after_fit(self):
     "Write what is left and close the log on rank 0; every rank returns once it is complete"
     if hasattr(self, "gather_preds"): return
     self._flush_lines(close=True)

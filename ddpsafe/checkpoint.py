@@ -6,27 +6,34 @@ Docs: https://ddpsafe.github.io/ddpsafe/checkpoint.html.md"""
 
 # %% ../nbs/08_checkpoint.ipynb #b489a2a4
 from __future__ import annotations
-import random, signal, threading, warnings, weakref
+import sys, random, signal, threading, warnings, weakref
 from pathlib import Path
 import numpy as np, torch
 import safetensors.torch as st
 from fastcore.basics import patch, store_attr
 import fastai
 from fastai.learner import Learner
+from fastai.optimizer import OptimWrapper
 from fastai.callback.core import Callback, CancelFitException, CancelEpochException, CancelStepException, CancelBackwardException
-from fastai.callback.tracker import TrackerCallback
-from fastai.distributed import DistributedDL
 from fastai.torch_core import get_model
 import ddpsafe
 from .core import *
-from .io import safe_load, prepare_dir, torch_writer
+from .io import safe_load, prepare_dir, torch_writer, UnsafePickleError
 from .manifest import *
+from .owner import claim_folder
 from .preempt import StopRequests, REQUEUE_EXIT_CODE
 from .snapshot import StateBuffers, AsyncWriter
 from .learner import fastai_safe_globals, CheckpointMismatch, fastai_stock
+from .callbacks import training_fit, at_fit_end, patch_fastai
+
+def _loaded(module:str, name:str):
+    "Class `name` of fastai's `module` if the program imported it, else `()` (which `isinstance` never matches)"
+    return getattr(sys.modules.get(module), name, ())
 
 # %% auto #0
-__all__ = ['step_lock', 'model_weights', 'load_weights', 'rng_state', 'set_rng_state', 'CheckpointCallback']
+__all__ = ['step_lock', 'model_weights', 'load_weights', 'rng_state', 'set_rng_state', 'RunState', 'run_state', 'model_signature',
+           'optimizer_signature', 'fit_method', 'fit_signature', 'setup_signature', 'setup_changes',
+           'CheckpointCallback']
 
 # %% ../nbs/08_checkpoint.ipynb #9f2b6736
 _locks, _locks_guard = weakref.WeakKeyDictionary(), threading.Lock()
@@ -89,11 +96,27 @@ def set_rng_state(s:dict):
     np.random.set_state((kind, keys.numpy().astype(np.uint32), *rest))
     random.setstate(s['python'])
 
+# %% ../nbs/08_checkpoint.ipynb #b682e5bd
+class RunState:
+    "What a learner's checkpointed run carries from one `fit` to the next, and what a resume hands to fastai's loops"
+    def __init__(self):
+        self.fits,self.steps = 0,0            # fits begun, optimizer steps done, over the script's fits
+        self.fits_left,self.stopped = 0,False # fits still to come in this `fine_tune`; a stop request ended one of them
+        self.start_epoch,self.skip = 0,None   # a resume's first epoch; (batches to draw and drop, what to do at the last one)
+
+_runs = weakref.WeakKeyDictionary()
+
+def run_state(learn:Learner) -> RunState:
+    "`learn`'s `RunState`; kept beside the learner, so that `export` never pickles it"
+    if learn not in _runs: _runs[learn] = RunState()
+    return _runs[learn]
+
 # %% ../nbs/08_checkpoint.ipynb #15a777e8
 @patch
 def _do_fit(self:Learner):
     "fastai's epoch loop, starting at the epoch a resume asks for"
-    start = self.__dict__.pop('_ddpsafe_start_epoch', 0)
+    run = run_state(self)
+    start, run.start_epoch = run.start_epoch, 0
     if start and (bar := getattr(getattr(self, 'progress', None), 'mbar', None)): bar.update(0)  # fastprogress must start at 0
     for epoch in range(start, self.n_epoch):
         self.epoch = epoch
@@ -103,7 +126,8 @@ def _do_fit(self:Learner):
 def all_batches(self:Learner):
     "fastai's batch loop, drawing and dropping the batches a resume says were done"
     self.n_iter = len(self.dl)
-    skip, at_resume_point = self.__dict__.pop('_ddpsafe_skip', (0, None))
+    run = run_state(self)
+    (skip, at_resume_point), run.skip = (run.skip or (0, None)), None
     for i, b in enumerate(self.dl):
         if i < skip:
             if i == skip-1: at_resume_point()
@@ -112,10 +136,78 @@ def all_batches(self:Learner):
 
 # %% ../nbs/08_checkpoint.ipynb #59b72fe8
 def _base_dl(dl):
-    "The `DataLoader` whose generator shuffles: the one inside fastai's `DistributedDL`"
-    return dl.dl if isinstance(dl, DistributedDL) else dl
+    "The `DataLoader` whose generator shuffles: the one inside fastai's `DistributedDL`, if `fastai.distributed` is in use"
+    ddl = getattr(sys.modules.get('fastai.distributed'), 'DistributedDL', ())
+    return dl.dl if isinstance(dl, ddl) else dl
+
+# %% ../nbs/08_checkpoint.ipynb #28b6d383
+def _name(f) -> str:
+    "A readable name for a function, a partial or an object"
+    f = getattr(f, 'func', f)
+    return getattr(f, '__name__', type(f).__name__)
+
+def model_signature(model) -> dict:
+    "The model's structure: its module classes, and the names, shapes and types of its weights"
+    m = get_model(model)
+    return dict(modules=[type(o).__name__ for o in m.modules()],
+                weights={k: [list(v.shape), str(v.dtype).replace('torch.', '')] for k,v in m.state_dict().items()})
+
+def optimizer_signature(learn:Learner) -> dict:
+    "The optimizer: the name of `opt_func`, the steps it is made of, its hyper-parameter names"
+    opt = learn.opt
+    steps = [type(opt.opt).__name__] if isinstance(opt, OptimWrapper) else [_name(f) for f in opt.cbs]
+    return dict(name=_name(learn.opt_func), steps=steps, hypers=sorted(opt.hypers[0]) if len(opt.hypers) else [])
+
+# %% ../nbs/08_checkpoint.ipynb #7ee2adb1
+_FIT_METHODS = ('fine_tune', 'fit_one_cycle', 'fit_flat_cos', 'fit_sgdr', 'fit')
+
+def fit_method(learn:Learner) -> str:
+    "The `Learner` method the user called for this fit: the outermost of fastai's fit methods of `learn` on the stack"
+    name, f = 'fit', sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name in _FIT_METHODS and f.f_locals.get('self') is learn: name = f.f_code.co_name
+        f = f.f_back
+    return name
+
+def fit_signature(learn:Learner) -> dict:
+    "How this fit was called: the method, its epochs, and each scheduled hyper-parameter at 0, 25, 50, 75 and 100%"
+    scheds = {h: [np.asarray(f(p), dtype=float).round(12).tolist() for p in (0., .25, .5, .75, 1.)]
+              for cb in learn.cbs if isinstance(cb, _loaded('fastai.callback.schedule', 'ParamScheduler')) for h, f in cb.scheds.items()}
+    return dict(method=fit_method(learn), n_epoch=learn.n_epoch, schedule=scheds)
+
+def setup_signature(learn:Learner) -> dict:
+    "What a resume must find unchanged: the model, the optimizer, how fit was called"
+    return dict(model=model_signature(learn.model), optimizer=optimizer_signature(learn), fit=fit_signature(learn))
+
+# %% ../nbs/08_checkpoint.ipynb #8a75fb36
+def _model_words(m:dict) -> str:
+    return f"{', '.join(dict.fromkeys(m['modules']))} ({len(m['weights'])} tensors)"
+
+def _optimizer_words(o:dict) -> str:
+    return f"{o['name']} (steps {', '.join(o['steps'])}; hyper-parameters {', '.join(o['hypers'])})"
+
+def _fit_words(f:dict) -> str:
+    lr = f['schedule'].get('lr')
+    peak = f', lr peaking at {np.max(lr):.3g}' if lr else ''
+    return f"{f['method']} of {f['n_epoch']} epochs{peak}" if f['schedule'] else f"{f['method']} without a schedule"
+
+def _same_fit(a:dict, b:dict) -> bool:
+    "Two fit signatures that train alike: plain fits with any number of epochs, or the same scheduled fit"
+    if not a['schedule'] and not b['schedule']: return True
+    return (a['method'], a['n_epoch'], sorted(a['schedule'])) == (b['method'], b['n_epoch'], sorted(b['schedule'])) and \
+        all(np.allclose(a['schedule'][h], b['schedule'][h], rtol=1e-6, atol=0) for h in a['schedule'])
+
+def setup_changes(saved:dict, now:dict) -> dict:
+    "What differs between the setup a checkpoint was saved with and this fit's: {part: (saved, now)} in words"
+    out = {}
+    if saved['model'] != now['model']: out['model'] = (_model_words(saved['model']), _model_words(now['model']))
+    if saved['optimizer'] != now['optimizer']: out['optimizer'] = (_optimizer_words(saved['optimizer']), _optimizer_words(now['optimizer']))
+    if not _same_fit(saved['fit'], now['fit']): out['fit'] = (_fit_words(saved['fit']), _fit_words(now['fit']))
+    return out
 
 # %% ../nbs/08_checkpoint.ipynb #c3df44dd
+_CHANGES = ('model', 'optimizer', 'fit')
+
 class CheckpointCallback(Callback):
     "Save the whole training state resumably, at epoch and step boundaries and when asked to stop; resume from it"
     order = 65   # after the recorder, the schedulers and the trackers have seen the batch or epoch
@@ -131,9 +223,17 @@ class CheckpointCallback(Callback):
                  stop_switch:str|None='stop-now', # A file of this name in `path` makes the run save and stop
                  monitor:str='valid_loss', # The recorded value that picks the best checkpoint to keep
                  comp=None,           # `np.less` or `np.greater`; from `monitor`'s name when `None`
-                 exit_code:int|None=REQUEUE_EXIT_CODE): # Exit with this after a signal's checkpoint; `None`: return from fit
+                 exit_code:int|None=REQUEUE_EXIT_CODE, # Exit with this after a signal's checkpoint; `None`: return from fit
+                 accept_changes=()):  # What a resume may find changed on purpose: any of 'model', 'optimizer', 'fit'
         store_attr()
         if comp is None: self.comp = np.less if 'loss' in monitor or 'error' in monitor else np.greater
+        self.accept_changes = {accept_changes} if isinstance(accept_changes, str) else set(accept_changes)
+        if unknown := self.accept_changes - set(_CHANGES): raise ValueError(f'accept_changes: {sorted(unknown)} not among {_CHANGES}')
+        self.stops = self.writer = self.state_buffers = self.claim = None
+
+    def __call__(self, event_name):
+        "Run the event, inside a training `fit` only: `validate`, `get_preds` and `lr_find` save nothing"
+        if training_fit(self.learn) and callable(event := getattr(self, event_name, None)): return event()
 
 # %% ../nbs/08_checkpoint.ipynb #46ba7b62
 @patch
@@ -141,16 +241,17 @@ def _position(self:CheckpointCallback) -> dict:
     "Where the run is: a step boundary inside an epoch, or the end of an epoch"
     done = not self.in_train
     return dict(epoch=self.epoch, iter=self.n_iter if done else self.iter+1, epoch_done=done, train_iter=self.train_iter,
-                pct_train=self.pct_train, n_epoch=self.n_epoch, global_step=self.steps_before+self.train_iter, fit=self.fit_idx)
+                pct_train=self.pct_train, n_epoch=self.n_epoch, fit_steps=self.fit_steps,
+                global_step=self.steps_before+self.fit_steps, fit=self.fit_idx)
 
 @patch
 def _state(self:CheckpointCallback) -> dict:
-    "Everything besides weights, optimizer and random states that the next step depends on"
+    "Everything besides weights, optimizer and random states that the next step depends on, and the setup it was saved with"
     rec, pos = self.learn.recorder, self._position()
     dl_rng = [_base_dl(dl).rng.getstate() for dl in self.dls.loaders]
     if not pos['epoch_done'] and self.train_rng is not None: dl_rng[0] = self.train_rng   # replayed from the epoch's start
     trackers = [dict(best=float(cb.best) if cb.best is not None else None, wait=getattr(cb, 'wait', None)) for cb in self._trackers()]
-    return dict(**pos, world_size=world(), dl_rng=dl_rng, trackers=trackers,
+    return dict(**pos, world_size=world(), dl_rng=dl_rng, trackers=trackers, setup=self.setup,
                 recorder=dict(values=[list(map(_plain, v)) for v in rec.values], losses=[float(o) for o in rec.losses],
                               lrs=[float(o) for o in rec.lrs], iters=list(rec.iters), smooth=(rec.smooth_loss.count, float(rec.smooth_loss.val))),
                 versions=dict(torch=str(torch.__version__), fastai=fastai.__version__, ddpsafe=ddpsafe.__version__))
@@ -160,7 +261,7 @@ def _plain(o):
     return None if o is None else float(o)
 
 @patch
-def _trackers(self:CheckpointCallback) -> list: return [cb for cb in self.learn.cbs if isinstance(cb, TrackerCallback)]
+def _trackers(self:CheckpointCallback) -> list: return [cb for cb in self.learn.cbs if isinstance(cb, _loaded('fastai.callback.tracker', 'TrackerCallback'))]
 
 # %% ../nbs/08_checkpoint.ipynb #9de53321
 def _writers(weights:dict, opt_state, state:dict, rngs:list) -> dict:
@@ -170,7 +271,8 @@ def _writers(weights:dict, opt_state, state:dict, rngs:list) -> dict:
 
 @patch
 def _commit(self:CheckpointCallback, step:int, files:dict, meta:dict) -> Path:
-    "Write the checkpoint, then rotate: rank 0 only"
+    "Write the checkpoint, then rotate: rank 0 only, while this run still owns the folder"
+    self.claim.check()
     ck = write_checkpoint(self.root, step, files, meta)
     rotate(self.root, self.keep, best=self._best())
     return ck
@@ -195,14 +297,19 @@ def _settle(self:CheckpointCallback):
     on_main(wait)
 
 @patch
-def save(self:CheckpointCallback, reason:str='request') -> bool:
+def save(self:CheckpointCallback,
+         reason:str='request', # Why: 'epoch', 'steps', 'end', 'signal', 'switch'... (recorded in the manifest)
+         stop:bool=False,      # Does the run stop after this checkpoint (a signal or the stop switch)?
+         finished:bool=False   # Is this the normal end of the run's last fit?
+        ) -> bool:
     "Save a checkpoint of this step boundary on every rank (rank 0 writes); False when this position is already saved"
     pos = self._position()
     if (pos['global_step'], pos['epoch_done']) == self.last_pos: return False
     self._settle()
     rngs, state = all_ranks(rng_state()), self._state()
-    meta = dict(epoch=pos['epoch'], iter=pos['iter'], epoch_done=pos['epoch_done'], fit=pos['fit'], reason=reason, world_size=world(),
-                monitor=self.monitor, metric=self._metric() if pos['epoch_done'] else None)
+    meta = dict(epoch=pos['epoch'], iter=pos['iter'], epoch_done=pos['epoch_done'], fit=pos['fit'], reason=reason, stop=stop,
+                finished=finished, world_size=world(), monitor=self.monitor, comp=_name(self.comp),
+                metric=self._metric() if pos['epoch_done'] else None)
     if not self.async_save:
         snap = dict(model=model_weights(self.model), opt=self.opt.state_dict())
         on_main(self._commit, pos['global_step'], _writers(snap['model'], snap['opt'], state, rngs), meta)
@@ -228,61 +335,69 @@ def before_train(self:CheckpointCallback):
     self.train_rng = _base_dl(self.dl).rng.getstate()   # the generator this epoch's shuffle will draw from
 @patch
 def after_train(self:CheckpointCallback): self.in_train = False
+@patch
+def before_batch(self:CheckpointCallback): self.stepped = False
+@patch
+def before_step(self:CheckpointCallback): self.stepped = True
+@patch
+def after_cancel_step(self:CheckpointCallback): self.stepped = False
 
 @patch
 def after_batch(self:CheckpointCallback):
+    "Poll the stop requests; at an optimizer step, save when due or asked, and stop when asked"
     if not self.training: return
     req = self.stops.poll()
-    if req['save'] or (self.every_steps and self.train_iter % self.every_steps == 0):
-        self.save('signal' if req['signal'] else 'switch' if req['save'] else 'steps')
-    if req['stop']:
-        self.stopped_by = 'signal' if req['signal'] else 'switch'
-        self.learn.__dict__['_ddpsafe_stopped'] = True
-        if is_main(): print(f'ddpsafe: stopping at step {self.steps_before+self.train_iter} after a {self.stopped_by}; checkpoint saved in {self.root}')
+    self.asked = {k: v or self.asked[k] for k, v in req.items()}
+    self.pending_grads = not self.stepped
+    if not self.stepped: return          # inside an accumulation window: wait for its optimizer step
+    self.fit_steps += 1
+    asked, self.asked = self.asked, dict(save=False, stop=False, signal=False)
+    due = self.every_steps and self.fit_steps % self.every_steps == 0
+    if asked['save'] or due or self.epoch_due:
+        self.save('signal' if asked['signal'] else 'switch' if asked['save'] else 'epoch' if self.epoch_due else 'steps', stop=asked['stop'])
+        self.epoch_due = False
+    if asked['stop']:
+        self.stopped_by, run_state(self.learn).stopped = 'signal' if asked['signal'] else 'switch', True
+        if is_main(): print(f'ddpsafe: stopping at step {self.steps_before+self.fit_steps} after a {self.stopped_by}; checkpoint saved in {self.root}')
         raise CancelFitException()
 
 @patch
 def after_epoch(self:CheckpointCallback):
-    if self.every_epoch and (self.epoch+1) % self.every_epoch == 0: self.save('epoch')
+    "Save every `every_epoch` epochs; inside an accumulation window, at its optimizer step"
+    if not (self.every_epoch and (self.epoch+1) % self.every_epoch == 0): return
+    if self.pending_grads: self.epoch_due = True
+    else: self.save('epoch')
 
 @patch
 def after_fit(self:CheckpointCallback):
+    run = run_state(self.learn)
     try:
-        if self.ran_epoch: self.save('end')
+        if self.ran_epoch: self.save('end', finished=run.fits_left <= 1)
         self._settle()
     finally:
         self.stops.uninstall()
-        self.learn.__dict__['_ddpsafe_steps'] = self.steps_before + self.train_iter
+        run.steps, run.fits_left = self.steps_before + self.fit_steps, max(run.fits_left - 1, 0)
     if self.stopped_by == 'signal' and self.exit_code is not None: raise SystemExit(self.exit_code)
 
 # %% ../nbs/08_checkpoint.ipynb #cf3f6028
 @patch
 def _close(self:CheckpointCallback):
-    "Give the signals their handlers back and let the background write finish; for a `fit` that ended by an exception"
-    self.stops.uninstall(wait=False)
+    "Give the signals their handlers back, let the background write finish, and drop what belonged to this fit"
+    if self.stops is not None: self.stops.uninstall(wait=False)
     if self.writer is not None and (err := self.writer.wait()) is not None:
         warnings.warn(f'ddpsafe: the background checkpoint write failed too: {err}')
-
-_fastai_fit = fastai_stock.setdefault('Learner_fit', Learner.fit)
-
-@patch
-def fit(self:Learner, n_epoch, lr=None, wd=None, cbs=None, reset_opt=False, start_epoch=0):
-    "fastai's `fit`; however it ends, what ddpsafe's callbacks opened for it is closed"
-    try: return _fastai_fit(self, n_epoch, lr=lr, wd=wd, cbs=cbs, reset_opt=reset_opt, start_epoch=start_epoch)
-    finally:
-        for close in self.__dict__.pop('_ddpsafe_open', []): close()
+    if self.claim is not None: self.claim.release()      # rank 0's; the other ranks hold inactive copies
+    self.stops = self.writer = self.state_buffers = self.train_rng = self.claim = None
 
 # %% ../nbs/08_checkpoint.ipynb #729c0233
-import fastai.callback.schedule
-_fastai_fine_tune = fastai_stock.setdefault('Learner_fine_tune', Learner.fine_tune)
-
-@patch
-def fine_tune(self:Learner, epochs, base_lr=2e-3, freeze_epochs=1, lr_mult=100, pct_start=0.3, div=5.0, **kwargs):
+@patch_fastai('fastai.callback.schedule', 'Learner.fine_tune')
+def learner_fine_tune(self, epochs, base_lr=2e-3, freeze_epochs=1, lr_mult=100, pct_start=0.3, div=5.0, **kwargs):
     "fastai's `fine_tune`, whose second `fit` does not run after a stop request ended the first"
-    self.__dict__.update(_ddpsafe_in_sequence=True, _ddpsafe_stopped=False)
-    try: return _fastai_fine_tune(self, epochs, base_lr=base_lr, freeze_epochs=freeze_epochs, lr_mult=lr_mult,
-                                  pct_start=pct_start, div=div, **kwargs)
-    finally: self.__dict__['_ddpsafe_in_sequence'] = False
+    run = run_state(self)
+    run.fits_left, run.stopped = 2, False
+    try: return fastai_stock['Learner.fine_tune'](self, epochs, base_lr=base_lr, freeze_epochs=freeze_epochs, lr_mult=lr_mult,
+                                                  pct_start=pct_start, div=div, **kwargs)
+    finally: run.fits_left = 0
 
 # %% ../nbs/08_checkpoint.ipynb #e26612c9
 @patch
@@ -295,8 +410,28 @@ def _choose(self:CheckpointCallback):
 
 @patch
 def _read(self:CheckpointCallback, ck:Path, name:str, **kwargs):
-    "A file of checkpoint `ck`, read on every rank"
-    with torch.serialization.safe_globals(fastai_safe_globals()): return safe_load(ck/name, **kwargs)
+    "A file of checkpoint `ck`, read on every rank: tensors and plain values only"
+    try:
+        with torch.serialization.safe_globals(fastai_safe_globals()): return safe_load(ck/name, **kwargs)
+    except UnsafePickleError as e:
+        raise UnsafePickleError(f'{ck/name}: refusing to unpickle it, it would import or run code, which no file ddpsafe writes does: '
+                                f'it was replaced or written by something else. Check the folder with `ddpsafe-verify {ck.parent}`, '
+                                'then remove that checkpoint, or start afresh with another `path` or `resume=False`') from e
+
+# %% ../nbs/08_checkpoint.ipynb #998d3095
+@patch
+def _check_setup(self:CheckpointCallback, ck:Path, saved:dict|None) -> set:
+    "The changes from the setup `ck` was saved with that this fit makes; `CheckpointMismatch` unless they are accepted"
+    if saved is None: return set()     # saved before setups were recorded
+    changes = setup_changes(saved, self.setup)
+    if refused := {k: v for k, v in changes.items() if k not in self.accept_changes}:
+        raise CheckpointMismatch(f'{ck} was saved by another setup than this fit has: '
+            + '; '.join(f'{k}: {a} in the checkpoint, {b} now' for k, (a, b) in refused.items())
+            + f'. Resuming would not continue the run that saved it. To make this change on purpose, pass '
+            f'`CheckpointCallback(accept_changes={tuple(refused)!r})`; to start afresh, use another `path` or `resume=False`')
+    if changes and is_main():
+        print(f'ddpsafe: resuming {ck} with the changes you accepted: ' + '; '.join(f'{k}: {a} -> {b}' for k, (a, b) in changes.items()))
+    return set(changes)
 
 # %% ../nbs/08_checkpoint.ipynb #5ee79075
 @patch
@@ -314,14 +449,25 @@ def _resume(self:CheckpointCallback):
                                  'the data shards and random states would not match. Resume with the same number of ranks.')
     device = next(get_model(self.model).parameters()).device
     load_weights(self.model, self._read(ck, 'model.safetensors', map_location=device), ck/'model.safetensors')
-    self.opt.load_state_dict(self._read(ck, 'optimizer.pt', map_location=device))
+    changed = self._check_setup(ck, state.get('setup'))
+    if 'optimizer' not in changed: self.opt.load_state_dict(self._read(ck, 'optimizer.pt', map_location=device))
     rngs = self._read(ck, 'rng.pt')
-    self._restore(state, rngs[rank()])
-    if is_main(): print(f'ddpsafe: resumed from {ck} (epoch {state["epoch"]}, batch {state["iter"]}, step {state["global_step"]})')
+    self._restore(state, rngs[rank()], same_fit='fit' not in changed)
+    if is_main(): print(self._resume_message(ck, state))
+
+@patch
+def _resume_message(self:CheckpointCallback, ck:Path, state:dict) -> str:
+    "What the resume did, in words, counting training batches"
+    if state['epoch_done'] and state['epoch']+1 >= self.n_epoch:
+        return (f'ddpsafe: this fit already finished in {ck} (step {state["global_step"]}): loaded its weights, nothing left to train. '
+                'To train again from the start, use another `path` or `resume=False`')
+    where = (f'the end of epoch {state["epoch"]}' if state['epoch_done'] else
+             f'epoch {state["epoch"]}, after training batch {state["iter"]} of {len(self.dls.train)}')
+    return f'ddpsafe: resumed from {ck} at {where} (step {state["global_step"]})'
 
 # %% ../nbs/08_checkpoint.ipynb #7cf8b2f4
 @patch
-def _restore(self:CheckpointCallback, state:dict, rng:dict):
+def _restore(self:CheckpointCallback, state:dict, rng:dict, same_fit:bool=True):
     "Put the recorder, trackers, data order and counters where `state` says, and arm the loops"
     rec, r = self.learn.recorder, state['recorder']
     rec.values, rec.losses, rec.lrs, rec.iters = [list(v) for v in r['values']], [torch.tensor(o) for o in r['losses']], list(r['lrs']), list(r['iters'])
@@ -330,35 +476,48 @@ def _restore(self:CheckpointCallback, state:dict, rng:dict):
         cb.best = t['best']
         if t['wait'] is not None: cb.wait = t['wait']
     for dl, s in zip(self.dls.loaders, state['dl_rng']): _base_dl(dl).rng.setstate(s)
-    self.steps_before = state['global_step'] - state['train_iter']
+    self.fit_steps = state.get('fit_steps', state['train_iter'])
+    self.steps_before = state['global_step'] - self.fit_steps
     self.last_pos = (state['global_step'], state['epoch_done'])
     self.learn.train_iter = state['train_iter']
+    run = run_state(self.learn)
     if state['epoch_done']:
-        self.learn.__dict__['_ddpsafe_start_epoch'] = state['epoch'] + 1
+        run.start_epoch = state['epoch'] + 1
         set_rng_state(rng)
     else:
+        n_iter = len(self.dls.train)   # a changed fit: where the same batch falls in its schedule
+        pct = state['pct_train'] if same_fit else (state['epoch'] + state['iter']/n_iter) / self.n_epoch
         def at_resume_point():
-            self.learn.pct_train, self.learn.train_iter = state['pct_train'], state['train_iter']
+            self.learn.pct_train, self.learn.train_iter = pct, state['train_iter']
             set_rng_state(rng)
-        self.learn.__dict__['_ddpsafe_start_epoch'] = state['epoch']
-        self.learn.__dict__['_ddpsafe_skip'] = (state['iter'], at_resume_point)
+        run.start_epoch, run.skip = state['epoch'], (state['iter'], at_resume_point)
+
+# %% ../nbs/08_checkpoint.ipynb #4eb33bd5
+@patch
+def _claim(self:CheckpointCallback):
+    "Own the folder for this run, on rank 0, before anything reads or cleans it; a folder it cannot write is an error on every rank"
+    try: return on_main(claim_folder, self.root)
+    except OSError as e:
+        if e.strerror is None: raise       # `FolderInUse`, with its own message
+        raise OSError(e.errno, f'{self.root}: cannot write in this checkpoints folder ({e.strerror}); a run must own its folder '
+                      'to save, rotate and clean it up. The checkpoints in it are unchanged: make it writable, or give '
+                      '`CheckpointCallback` another `path`') from e
 
 # %% ../nbs/08_checkpoint.ipynb #3c16ad0f
 @patch
 def before_fit(self:CheckpointCallback):
-    "Start the stop requests and the writer, count this fit, and resume if asked"
+    "Count this fit, start the stop requests and the writer, and resume if asked"
+    run = run_state(self.learn)
     self.root = prepare_dir(Path(self.learn.path)/self.path)
-    self.fit_idx = self.learn.__dict__.get('_ddpsafe_fits', 0)
-    self.learn.__dict__['_ddpsafe_fits'] = self.fit_idx + 1
-    self.steps_before = self.learn.__dict__.get('_ddpsafe_steps', 0)
-    self.last_pos, self.stopped_by, self.skipped_fit, self.ran_epoch, self.in_train, self.train_rng = None, None, False, False, False, None
+    self.claim = self._claim()
+    at_fit_end(self.learn, self._close)
+    self.fit_idx, run.fits = run.fits, run.fits + 1
+    self.steps_before, self.fit_steps, self.setup = run.steps, 0, setup_signature(self.learn)
+    self.last_pos, self.stopped_by, self.skipped_fit, self.ran_epoch, self.in_train = None, None, False, False, False
+    self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(save=False, stop=False, signal=False), False, False, False
     self.writer, self.state_buffers = (AsyncWriter(), StateBuffers()) if self.async_save else (None, None)
-    self.learn.__dict__.setdefault('_ddpsafe_open', []).append(self._close)
     self.stops = StopRequests(self.signals, self.root, self.save_switch, self.stop_switch).install()
-    try:
-        if self.learn.__dict__.get('_ddpsafe_in_sequence') and self.learn.__dict__.get('_ddpsafe_stopped'):
-            self.skipped_fit = True
-            raise CancelFitException()      # a stop request ended an earlier fit of this `fine_tune`: the rest waits for the resume
-        if self.resume: self._resume()
-    except BaseException:
-        self.stops.uninstall(); raise
+    if run.fits_left and run.stopped:
+        self.skipped_fit = True
+        raise CancelFitException()      # a stop request ended an earlier fit of this `fine_tune`: the rest waits for the resume
+    if self.resume: self._resume()

@@ -1,4 +1,4 @@
-"""See what is in a checkpoints folder, and check it before you trust it.
+"""See what is in a checkpoints folder, check it before you trust it, and tell a requeue loop whether the run finished.
 
 Docs: https://ddpsafe.github.io/ddpsafe/cli.html.md"""
 
@@ -6,13 +6,16 @@ Docs: https://ddpsafe.github.io/ddpsafe/cli.html.md"""
 
 # %% ../nbs/09_cli.ipynb #2ca575d3
 from __future__ import annotations
-import sys, time
+import sys, time, json as jsonlib
 from pathlib import Path
 from fastcore.script import call_parse
 from .manifest import *
+from .owner import read_owner, describe_owner
+from .preempt import REQUEUE_EXIT_CODE   # torch is imported by the manifest functions already: no extra cost
 
 # %% auto #0
-__all__ = ['checkpoint_rows', 'format_rows', 'ddpsafe_ls', 'ddpsafe_verify']
+__all__ = ['leftovers', 'comp_name', 'checkpoint_rows', 'format_rows', 'owner_line', 'ddpsafe_ls', 'ddpsafe_verify', 'run_status',
+           'ddpsafe_status']
 
 # %% ../nbs/09_cli.ipynb #078d07b7
 def _size(folder:Path) -> int: return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
@@ -23,24 +26,50 @@ def _human(n:float) -> str:
         n /= 1024
     return f'{n:.1f} TB'
 
-def checkpoint_rows(root:Path|str, checksums:bool=False) -> list:
-    "One dict per checkpoint folder in `root` (temporary ones too): name, step, epoch, size, time, status, metric, best"
+def leftovers(root:Path|str) -> list:
+    "Hidden folders of interrupted saves ('.step-*.tmp-*') and removals ('.step-*.old-*') in `root`, as (path, kind)"
     root = Path(root)
-    folders = checkpoints(root) + (sorted(p for p in root.glob('.step-*') if p.is_dir()) if root.is_dir() else [])
-    rows = []
-    for p in folders:
-        status = checkpoint_status(p, checksums) if checkpoint_step(p) is not None else 'incomplete'
-        try: m = read_manifest(p) if (p/MANIFEST).exists() else {}
-        except Exception: m = {}
-        rows.append(dict(name=p.name, step=checkpoint_step(p), epoch=m.get('epoch'), size=_size(p), time=m.get('time'),
-                         status=status, metric=m.get('metric'), monitor=m.get('monitor'), best=False))
-    scored = [r for r in rows if r['status'] == 'complete' and r['metric'] is not None]
-    if scored:
-        lower = 'loss' in (scored[0]['monitor'] or 'loss') or 'error' in (scored[0]['monitor'] or '')
-        (min if lower else max)(scored, key=lambda r: r['metric'])['best'] = True
-    return rows
+    if not root.is_dir(): return []
+    return [(p, 'removal' if '.old-' in p.name else 'save') for p in sorted(root.glob('.step-*')) if p.is_dir()]
+
+# %% ../nbs/09_cli.ipynb #e9374ba6
+def comp_name(m:dict) -> str:
+    "'less' or 'greater': the direction that made a checkpoint best, as its manifest `m` records it (guessed from `monitor` in older ones)"
+    comp = str(m.get('comp') or '').lower()
+    if 'less' in comp or 'greater' in comp: return 'less' if 'less' in comp else 'greater'
+    monitor = m.get('monitor') or 'loss'
+    return 'less' if 'loss' in monitor or 'error' in monitor else 'greater'
 
 # %% ../nbs/09_cli.ipynb #28ec4efc
+def _mark_best(rows:list):
+    "Mark the row the callback keeps as best: the newest checkpoint's monitor and direction, strict improvement, oldest first"
+    scored = [r for r in rows if r['status'] == 'complete' and r['metric'] is not None]
+    if not scored: return
+    monitor, comp = scored[-1]['monitor'], scored[-1]['comp']
+    best = None
+    for r in (r for r in scored if r['monitor'] == monitor):
+        if best is None or (r['metric'] < best['metric'] if comp == 'less' else r['metric'] > best['metric']): best = r
+    best['best'] = True
+
+def checkpoint_rows(root:Path|str,        # The checkpoints folder
+                    checksums:bool=True   # Compare checksums (reads every file)? Else sizes only
+                   ) -> list:
+    "One dict per checkpoint folder in `root`, leftovers too: name, step, epoch, size, time, status, metric, monitor, comp, best"
+    root = Path(root)
+    rows = []
+    for p in checkpoints(root):
+        status = checkpoint_status(p, checksums)
+        try: m = read_manifest(p)
+        except Exception: m = {}
+        rows.append(dict(name=p.name, step=checkpoint_step(p), epoch=m.get('epoch'), size=_size(p), time=m.get('time'), status=status,
+                         metric=m.get('metric'), monitor=m.get('monitor'), comp=comp_name(m), reason=m.get('reason'), best=False))
+    for p, kind in leftovers(root):
+        rows.append(dict(name=p.name, step=None, epoch=None, size=_size(p), time=None, status='incomplete' if kind == 'save' else 'leftover',
+                         metric=None, monitor=None, comp=None, reason=None, best=False))
+    _mark_best(rows)
+    return rows
+
+# %% ../nbs/09_cli.ipynb #3f4e2a1b
 def format_rows(rows:list) -> str:
     "`rows` as an aligned text table"
     head = ['checkpoint', 'step', 'epoch', 'size', 'saved', 'status', 'metric', '']
@@ -51,27 +80,66 @@ def format_rows(rows:list) -> str:
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
     return '\n'.join('  '.join(x.ljust(w) for x, w in zip(line, widths)).rstrip() for line in [head, *body])
 
+def owner_line(root:Path|str) -> str|None:
+    "Who owns `root` (its owner record), with the age of the last heartbeat; `None` when no run owns it"
+    rec = read_owner(root)
+    if rec is None: return None
+    if rec.get('unreadable'): return f'owner: {describe_owner(rec)}'
+    return f"owner: {describe_owner(rec)}, last heartbeat {time.time()-float(rec.get('beat') or 0):.0f} s ago"
+
 # %% ../nbs/09_cli.ipynb #1164e92e
 @call_parse
 def ddpsafe_ls(path:str): # The checkpoints folder
-    "List the checkpoints in `path`: step, epoch, size, time, complete / incomplete / corrupt, best"
+    "List the checkpoints in `path`: step, epoch, size, time, complete / incomplete / corrupt (checksums verified), best"
     rows = checkpoint_rows(path)
     print(format_rows(rows) if rows else f'no checkpoints in {path}')
+    if own := owner_line(path): print(own)
 
 # %% ../nbs/09_cli.ipynb #b5232862
 @call_parse
 def ddpsafe_verify(path:str): # A checkpoints folder, or one checkpoint
-    "Check every checkpoint's files against its manifest, checksums included; exit 1 on any problem"
+    "Check every checkpoint's files against its manifest, checksums included; exit 1 on a damaged checkpoint (leftovers of interrupted saves are not damage)"
     path = Path(path)
     folders = [path] if checkpoint_step(path) is not None else checkpoints(path)
-    stale = sorted(p for p in path.glob('.step-*') if p.is_dir()) if path.is_dir() else []
+    stale = leftovers(path) if checkpoint_step(path) is None else []
     bad = 0
     for p in folders:
         problems = check_checkpoint(p)
         print(f'{p}: ' + ('ok' if not problems else 'BAD'))
         for why in problems: print(f'  {why}')
         bad += bool(problems)
-    for p in stale: print(f'{p}: incomplete (a save that never finished; resume ignores it)')
-    if not folders: print(f'{path}: no checkpoints'); sys.exit(1)
-    print(f'{len(folders)-bad} ok, {bad} with problems' + (f', {len(stale)} incomplete' if stale else ''))
-    if bad or stale: sys.exit(1)
+    for p, kind in stale:
+        print(f'{p}: leftover of a ' + ('save that never finished (resume ignores it; the next run removes it)' if kind == 'save'
+                                        else 'removal that never finished (an old checkpoint; the next run removes it)'))
+    if not folders and not stale: print(f'{path}: no checkpoints'); return 1
+    print(f'{len(folders)-bad} ok, {bad} with problems' + (f', {len(stale)} leftover temporary folder{"s"*(len(stale)>1)}' if stale else ''))
+    return 1 if bad else 0
+
+# %% ../nbs/09_cli.ipynb #e66ff0fd
+def run_status(root:Path|str) -> dict:
+    "What the newest complete checkpoint in `root` says about its run: state, exit_code, checkpoint, step, epoch, reason, time, skipped"
+    skipped = []
+    ck = newest_complete(root, checksums=True, skipped=skipped)
+    out = dict(path=str(root), skipped=[dict(checkpoint=str(p), problems=why) for p, why in skipped])
+    if ck is None: return dict(state='none', exit_code=2, checkpoint=None, step=None, epoch=None, reason=None, time=None, **out)
+    m = read_manifest(ck)
+    if 'finished' in m or 'stop' in m: state = 'finished' if m.get('finished') else 'preempted' if m.get('stop') else 'unfinished'
+    else: state = {'end': 'finished', 'signal': 'preempted'}.get(m.get('reason'), 'unfinished')   # manifests without the two flags
+    code = {'finished': 0, 'preempted': REQUEUE_EXIT_CODE, 'unfinished': 1}[state]
+    return dict(state=state, exit_code=code, checkpoint=str(ck), step=m.get('step'), epoch=m.get('epoch'), reason=m.get('reason'),
+                time=m.get('time'), **out)
+
+# %% ../nbs/09_cli.ipynb #aa0366cf
+@call_parse
+def ddpsafe_status(path:str,       # The checkpoints folder
+                   json:bool=False # Print the status as one JSON object
+                  ) -> int:
+    "Exit 0 when the run finished, 75 when it was preempted (requeue), 1 when it did not finish, 2 when there is no complete checkpoint"
+    s = run_status(path)
+    for sk in s['skipped']: print(f"ddpsafe-status: skipping {sk['checkpoint']}: {'; '.join(sk['problems'])}", file=sys.stderr)
+    if json: print(jsonlib.dumps(s))
+    elif s['state'] == 'none': print(f'none: no complete checkpoint in {path}')
+    else:
+        when = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(s['time'])) if s['time'] else '?'
+        print(f"{s['state']}: {s['checkpoint']} (step {s['step']}, epoch {s['epoch']}, reason {s['reason']}, saved {when})")
+    return s['exit_code']

@@ -6,12 +6,13 @@ Docs: https://ddpsafe.github.io/ddpsafe/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #e635047b
 from __future__ import annotations
-import os, re, pickle, traceback
+import os, re, time, pickle, threading, traceback
 from datetime import timedelta
 import torch, torch.distributed as dist
 
 # %% auto #0
-__all__ = ['live', 'rank', 'world', 'is_main', 'coordinating', 'ddp_timeout', 'DistTimeout', 'side_group', 'release_side_group',
+__all__ = ['live', 'rank', 'world', 'is_main', 'coordinating', 'ddp_timeout', 'DistTimeout', 'start_heartbeat', 'stop_heartbeat',
+           'silent_ranks', 'peer_failure', 'bound_process_group', 'side_group', 'release_side_group',
            'destroy_process_group', 'broadcast_bytes', 'RemoteTraceback', 'on_main', 'agree', 'any_rank', 'all_ranks',
            'barrier']
 
@@ -54,14 +55,100 @@ class DistTimeout(RuntimeError):
         self.missing = missing
     def __reduce__(self): return (type(self), (str(self), self.missing))
 
+# %% ../nbs/00_core.ipynb #b7e10a02
+_beat = {}
+
+def _beat_key(r:int) -> str: return f'ddpsafe/heartbeat/{r}'
+
+def start_heartbeat(every:float=2.): # Seconds between two beats
+    "Write this rank's clock to the default group's store every `every` seconds, from a daemon thread, until `stop_heartbeat`"
+    if not coordinating() or _beat.get('pg') is dist.group.WORLD: return
+    stop_heartbeat()
+    store = dist.distributed_c10d._get_default_store()
+    try: writer, reader = store.clone(), store.clone()   # connections of our own: a blocked call of the user's can't hold them
+    except Exception: return                             # a store without `clone`: no heartbeat, errors name no rank
+    for s in (writer, reader): s.set_timeout(timedelta(seconds=2*every))
+    stop, key = threading.Event(), _beat_key(rank())
+    def beat():
+        while True:
+            try: writer.set(key, repr(time.time()))
+            except Exception: return                     # the store is gone, and the group with it
+            if stop.wait(every): return
+    t = threading.Thread(target=beat, name='ddpsafe-heartbeat', daemon=True)
+    _beat.update(pg=dist.group.WORLD, stop=stop, thread=t, reader=reader, every=every)
+    t.start()
+
+def stop_heartbeat():
+    "Stop this rank's heartbeat, if it beats"
+    if not _beat: return
+    _beat['stop'].set(); _beat['thread'].join(2*_beat['every'] + 1)
+    _beat.clear()
+
+# %% ../nbs/00_core.ipynb #b7e10a04
+def _within(f, secs:float):
+    "`f()`, or `TimeoutError` after `secs` seconds: a store whose host is frozen blocks its reads for good"
+    box = {}
+    def run():
+        try: box['out'] = f()
+        except Exception as e: box['err'] = e
+    t = threading.Thread(target=run, daemon=True); t.start(); t.join(secs)
+    if 'err' in box: raise box['err']
+    if 'out' not in box: raise TimeoutError(f'no answer within {secs:.0f}s')
+    return box['out']
+
+def silent_ranks(window:float|None=None # Seconds a heartbeat must stand still; default 3 beats
+                ) -> dict|None:
+    "The other ranks whose heartbeat stood still for `window` seconds, with their silence in seconds; `None` if the store does not answer"
+    if not _beat: return {}
+    store, every = _beat['reader'], _beat['every']
+    window = 3*every if window is None else window
+    keys = {r: _beat_key(r) for r in range(world()) if r != rank()}
+    def read(): return _within(lambda: {r: float(store.get(k)) if store.check([k]) else None for r,k in keys.items()}, 2*every)
+    try:
+        first, t0 = read(), time.monotonic()
+        while True:
+            now, last, waited = time.time(), read(), time.monotonic() - t0
+            still = {r: max(waited, now - v if v is not None else 0) for r,v in last.items() if v == first[r]}
+            if waited >= window or all(s >= window for s in still.values()): return still
+            time.sleep(every/4)
+    except Exception: return None
+
+# %% ../nbs/00_core.ipynb #b7e10a06
+_UNREACHABLE = re.compile(r'[Tt]imed? ?out|[Cc]losed|reset by peer|[Bb]roken pipe|refused')
+
+def peer_failure(e:BaseException,         # What a collective raised
+                 what:str='a collective', # What was waiting, for the message
+                 src:int|None=None        # The rank expected to send, if one
+                ) -> BaseException:
+    "A `DistTimeout` naming the ranks that stopped answering when `e` says a peer could not be reached and one can be named, else `e`"
+    if isinstance(e, DistTimeout) or not isinstance(e, RuntimeError) or not _UNREACHABLE.search(str(e)): return e
+    silent = silent_ranks()
+    if silent is None:
+        if os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True': missing, why = None, "the launcher's store does not answer either"
+        else: missing, why = [0], 'rank 0 stopped answering: the process group store it hosts does not answer either'
+    elif silent: missing, why = sorted(silent), '; '.join(f'rank {r} stopped answering: no heartbeat for {s:.0f}s' for r,s in sorted(silent.items()))
+    elif src is not None and src != rank(): missing, why = [src], f'rank {src} did not send in time (its heartbeat is fresh: it is alive, but late)'
+    else: return e                                       # every heartbeat is fresh: nobody to name, gloo's words stand
+    lines = str(e).strip().splitlines() or [type(e).__name__]
+    head = next((l.strip() for l in lines if _UNREACHABLE.search(l)), lines[0])[:300]   # gloo's line, not a wrapper's
+    return DistTimeout(f'{what} failed on rank {rank()}: {why} ({head})', missing)
+
+# %% ../nbs/00_core.ipynb #b7e10a09
+def bound_process_group():
+    "Bound the default process group's collectives by `DDPSAFE_TIMEOUT`, when set, and start this rank's heartbeat"
+    if not coordinating(): return
+    if 'DDPSAFE_TIMEOUT' in os.environ: dist.distributed_c10d._set_pg_timeout(timedelta(seconds=ddp_timeout()))
+    start_heartbeat()
+
 # %% ../nbs/00_core.ipynb #3204cf94
 _side = {}
 
 def side_group():
-    "A gloo group over every rank, for ddpsafe's own messages, created on first use"
+    "A gloo group over every rank, for ddpsafe's own messages, created on first use (and the heartbeat started)"
     pg = dist.group.WORLD
     if _side.get('pg') is not pg:
         _side.update(pg=pg, group=dist.new_group(backend='gloo', timeout=timedelta(seconds=ddp_timeout())))
+        start_heartbeat()
     return _side['group']
 
 # %% ../nbs/00_core.ipynb #1004ed0c
@@ -69,7 +156,8 @@ import atexit
 _stock_destroy = getattr(dist.destroy_process_group, '_ddpsafe_stock', dist.destroy_process_group)
 
 def release_side_group():
-    "Destroy ddpsafe's side group, if there is one"
+    "Destroy ddpsafe's side group, if there is one, and stop the heartbeat"
+    stop_heartbeat()
     g = _side.pop('group', None); _side.pop('pg', None)
     if g is not None and live():
         try: _stock_destroy(g)
@@ -85,11 +173,6 @@ dist.destroy_process_group = destroy_process_group
 atexit.register(release_side_group)
 
 # %% ../nbs/00_core.ipynb #1fc93b51
-def _timeout_error(e:Exception, what:str, src:int) -> Exception:
-    "A `DistTimeout` naming `src` when `e` is a transport timeout, else `e`"
-    if 'imed out' not in str(e) and 'closed' not in str(e): return e
-    return DistTimeout(f'{what}: rank {src} did not answer within {ddp_timeout():.0f}s ({e})', [src])
-
 def broadcast_bytes(data:bytes|None, # The payload on rank `src`; ignored elsewhere
                     src:int=0        # The sending rank
                    ) -> bytes:
@@ -101,7 +184,7 @@ def broadcast_bytes(data:bytes|None, # The payload on rank `src`; ignored elsewh
         dist.broadcast(n, src, group=g)
         buf = torch.frombuffer(bytearray(data), dtype=torch.uint8) if rank()==src else torch.empty(int(n), dtype=torch.uint8)
         if len(buf): dist.broadcast(buf, src, group=g)
-    except RuntimeError as e: raise _timeout_error(e, 'broadcast', src) from e
+    except RuntimeError as e: raise peer_failure(e, 'broadcast', src) from e
     return data if rank()==src else buf.numpy().tobytes()
 
 # %% ../nbs/00_core.ipynb #a3d988c7
@@ -151,7 +234,7 @@ def any_rank(flag:bool) -> bool:
     if not coordinating(): return bool(flag)
     t = torch.tensor([int(bool(flag))])
     try: dist.all_reduce(t, op=dist.ReduceOp.MAX, group=side_group())
-    except RuntimeError as e: raise _timeout_error(e, 'any_rank', 0) from e
+    except RuntimeError as e: raise peer_failure(e, 'any_rank') from e
     return bool(t.item())
 
 # %% ../nbs/00_core.ipynb #b9ee7a74
@@ -160,14 +243,13 @@ def all_ranks(x): # Any picklable value
     if not coordinating(): return [x]
     out = [None]*world()
     try: dist.all_gather_object(out, x, group=side_group())
-    except RuntimeError as e: raise _timeout_error(e, 'all_ranks', 0) from e
+    except RuntimeError as e: raise peer_failure(e, 'all_ranks') from e
     return out
 
 # %% ../nbs/00_core.ipynb #9745f80e
 def _missing_ranks(msg:str) -> list|None:
-    "Ranks named as missing in a gloo `monitored_barrier` error"
+    "Ranks named as missing in rank 0's gloo `monitored_barrier` error"
     if m := re.search(r'Ranks? ([\d, ]+) failed to pass', msg): return [int(o) for o in m.group(1).split(',')]
-    if 'from rank 0' in msg and 'imed out' in msg: return [0]
     return None
 
 def barrier(timeout:float|None=None): # Seconds to wait; default `DDPSAFE_TIMEOUT`, else 1800
@@ -176,6 +258,7 @@ def barrier(timeout:float|None=None): # Seconds to wait; default `DDPSAFE_TIMEOU
     t = ddp_timeout(timeout)
     try: dist.monitored_barrier(group=side_group(), timeout=timedelta(seconds=t), wait_all_ranks=True)
     except RuntimeError as e:
-        missing = _missing_ranks(str(e))
-        who = f'ranks {missing} did not arrive' if missing else 'another rank failed (see rank 0 for the ranks that did not arrive)'
-        raise DistTimeout(f'barrier on rank {rank()} timed out after {t:.0f}s: {who}', missing) from e
+        if missing := _missing_ranks(str(e)):
+            raise DistTimeout(f'barrier on rank {rank()} timed out after {t:.0f}s: ranks {missing} did not arrive', missing) from e
+        err = peer_failure(e, f'barrier ({t:.0f}s)', src=0)   # the others wait for rank 0's word
+        raise (err if isinstance(err, DistTimeout) else DistTimeout(f'barrier on rank {rank()} failed: {e}')) from e

@@ -22,6 +22,7 @@ def train_rank(folder:str,        # The job's folder: checkpoints go in `folder/
                slow:float=0.0):   # Seconds to sleep per step, so a signal lands mid-run
     "One rank of the demo job: fit a small model under DDP with a `CheckpointCallback`"
     import fastai.callback.schedule   # fit_one_cycle
+    import fastai.distributed         # distrib_ctx
     import ddpsafe.all
     from fastai.callback.core import Callback
     from ddpsafe.checkpoint import CheckpointCallback

@@ -6,7 +6,9 @@ Docs: https://ddpsafe.github.io/ddpsafe/learner.html.md"""
 
 # %% ../nbs/03_learner.ipynb #6c642447
 from __future__ import annotations
-import io, sys, pickle, warnings
+import io, os, sys, pickle, warnings
+from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 import numpy as np
 import torch, torch.distributed as dist
@@ -15,39 +17,95 @@ from fastcore.basics import patch, patch_to, ifnone
 from fastcore.meta import delegates
 from fastcore.foundation import L
 from fastcore.xtras import join_path_file
-import fastai.learner, fastai.distributed, fastai.torch_core
+import fastai.learner, fastai.torch_core
 from fastai.learner import Learner
 from fastai.data.core import DataLoaders
-from fastai.distributed import DistributedDL, DistributedTrainer
 from fastai.torch_core import get_model
 from .core import *
 from .io import *
 
 # %% auto #0
-__all__ = ['fastai_stock', 'fastai_safe_globals', 'CheckpointMismatch', 'save_model', 'load_model', 'load_learner',
-           'when_imported', 'patch_text_learner', 'load_dls']
+__all__ = ['fastai_stock', 'when_imported', 'patch_distributed', 'fastai_safe_globals', 'CheckpointMismatch', 'save_model',
+           'load_model', 'load_learner', 'patch_text_learner', 'load_dls']
 
 # %% ../nbs/03_learner.ipynb #8d1594d8
 fastai_stock = fastai.learner.__dict__.setdefault('_ddpsafe_stock', dict(
     save_model=fastai.learner.save_model, load_model=fastai.learner.load_model, load_learner=fastai.learner.load_learner,
     Learner_save=Learner.save, Learner_load=Learner.load, Learner_export=Learner.export))
 
-# %% ../nbs/03_learner.ipynb #ac9cdf3b
-@patch
-def _broadcast(self:DistributedDL, t, rank):
-    "Broadcast `t` from `rank`; on CUDA only for NCCL, which needs it"
-    t = torch.LongTensor(t)
-    if dist.get_backend() == 'nccl': t = t.cuda()
-    dist.broadcast(t, rank)
-    return t.cpu().tolist()
+# %% ../nbs/03_learner.ipynb #4299ebb3
+import importlib.abc, importlib.util
 
-# %% ../nbs/03_learner.ipynb #4605dfcf
-@patch
-def __init__(self:DistributedTrainer, sync_bn=True, **kwargs):
-    "fastai's `DistributedTrainer`, asking accelerate for the CPU when there is no CUDA"
-    if not torch.cuda.is_available(): kwargs.setdefault('cpu', True)
-    self.sync_bn,self.kwargs = sync_bn,kwargs
-    self.accelerator = fastai.distributed.Accelerator(**kwargs)
+class _AfterImport(importlib.abc.MetaPathFinder):
+    "Call `f` right after the module `name` is first imported"
+    def __init__(self, name, f): self.name,self.f = name,f
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name: return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None: return spec
+        run = spec.loader.exec_module
+        def exec_module(module): run(module); self.f()
+        spec.loader.exec_module = exec_module
+        return spec
+
+def when_imported(name:str, f):
+    "Call `f` once the module `name` is imported: now if it is already"
+    if name in sys.modules: f()
+    else: sys.meta_path.insert(0, _AfterImport(name, f))
+
+# %% ../nbs/03_learner.ipynb #ac9cdf3b
+def _init_from_env():
+    "Start the default process group from the launcher's variables: NCCL on this rank's GPU when there is one, else gloo"
+    cuda = torch.cuda.is_available()
+    if cuda: torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', rank())) % torch.cuda.device_count())
+    dist.init_process_group('nccl' if cuda else 'gloo', init_method='env://', timeout=timedelta(seconds=ddp_timeout()))
+
+def patch_distributed():
+    "Make fastai's DDP train on CPU with gloo, its waits bounded by `DDPSAFE_TIMEOUT`, a rank that stops answering named"
+    import fastai.distributed as fd
+
+    @patch_to(fd.DistributedDL)
+    def _broadcast(self, t, rank):
+        "Broadcast `t` from `rank`; on CUDA only for NCCL, which needs it"
+        t = torch.LongTensor(t)
+        if dist.get_backend() == 'nccl': t = t.cuda()
+        dist.broadcast(t, rank)
+        return t.cpu().tolist()
+
+    @patch_to(fd.DistributedTrainer)
+    @delegates(fd.Accelerator, but=fd._hidden_params)
+    def __init__(self, sync_bn=True, **kwargs): # Whether to replace all batch norm with `nn.SyncBatchNorm`
+        "fastai's `DistributedTrainer`, asking accelerate for the CPU when there is no CUDA, its collectives bounded"
+        if not torch.cuda.is_available(): kwargs.setdefault('cpu', True)
+        self.sync_bn,self.kwargs = sync_bn,kwargs
+        self.accelerator = fd.Accelerator(**kwargs)
+        bound_process_group()
+
+    @patch_to(Learner)
+    @contextmanager
+    @delegates(fd.Accelerator, but=fd._hidden_params)
+    def distrib_ctx(self,
+                    sync_bn=True,       # Whether to replace all batch norm with `nn.SyncBatchNorm`
+                    in_notebook=False,  # Start the process group from the launcher's variables, and tear it down after
+                    **kwargs):
+        "fastai's `distrib_ctx`, on CPU too; a rank that stops answering is named in a `DistTimeout`"
+        cleanup = False
+        try:
+            if in_notebook:
+                if not dist.is_initialized() and fd.num_distrib() > 0: _init_from_env(); cleanup = True
+                if not fd.rank_distrib(): print('Training Learner...')
+            if fd.num_distrib(): self.to_distributed(sync_bn, **kwargs)
+            yield self
+        except Exception as e:
+            err = peer_failure(e, 'training')
+            if err is e: raise
+            raise err from e
+        finally:
+            self.detach_distributed()
+            if cleanup: fd.teardown_distrib()
+
+when_imported('fastai.distributed', patch_distributed)
 
 # %% ../nbs/03_learner.ipynb #f914f107
 def fastai_safe_globals() -> list:
@@ -145,27 +203,6 @@ def export(self:Learner, fname='export.pkl', pickle_module=cloudpickle, pickle_p
 def load_learner(fname, cpu=True, pickle_module=pickle):
     "fastai's `load_learner` on every rank, once `fname` is complete: unpickles, so only for files you trust"
     return collective_read(Path(fname), lambda data: fastai_stock['load_learner'](io.BytesIO(data), cpu=cpu, pickle_module=pickle_module))
-
-# %% ../nbs/03_learner.ipynb #4299ebb3
-import importlib.abc, importlib.util
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    "Call `f` right after the module `name` is first imported"
-    def __init__(self, name, f): self.name,self.f = name,f
-    def find_spec(self, fullname, path, target=None):
-        if fullname != self.name: return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None: return spec
-        run = spec.loader.exec_module
-        def exec_module(module): run(module); self.f()
-        spec.loader.exec_module = exec_module
-        return spec
-
-def when_imported(name:str, f):
-    "Call `f` once the module `name` is imported: now if it is already"
-    if name in sys.modules: f()
-    else: sys.meta_path.insert(0, _AfterImport(name, f))
 
 # %% ../nbs/03_learner.ipynb #2724ac61
 def _encoder(learn):

@@ -7,12 +7,14 @@ Docs: https://ddpsafe.github.io/ddpsafe/preempt.html.md"""
 # %% ../nbs/06_preempt.ipynb #5182030b
 from __future__ import annotations
 import os, signal, threading
+from contextlib import contextmanager
 from pathlib import Path
 import torch, torch.distributed as dist
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 from .core import *
 
 # %% auto #0
-__all__ = ['REQUEUE_EXIT_CODE', 'StopRequests']
+__all__ = ['REQUEUE_EXIT_CODE', 'StopRequests', 'stop_signals', 'signals_blocked']
 
 # %% ../nbs/06_preempt.ipynb #d35fd14c
 REQUEUE_EXIT_CODE = 75
@@ -31,6 +33,8 @@ class StopRequests:
 # %% ../nbs/06_preempt.ipynb #4da06abb
 from fastcore.basics import patch
 
+_installed = []   # the `StopRequests` whose handlers are in place
+
 @patch
 def _on_signal(self:StopRequests, signum, frame): self.signalled = signum
 
@@ -39,6 +43,7 @@ def install(self:StopRequests):
     "Route `self.signals` to the flag, remembering the handlers they had"
     if threading.current_thread() is not threading.main_thread(): return self
     for s in self.signals: self._previous[s] = signal.signal(s, self._on_signal)
+    _installed.append(self)
     return self
 
 @patch
@@ -46,6 +51,7 @@ def uninstall(self:StopRequests, wait:bool=True): # Finish the round in flight? 
     "Give the signals their previous handlers back"
     for s, h in self._previous.items(): signal.signal(s, h)
     self._previous = {}
+    if self in _installed: _installed.remove(self)
     if self._pending is not None and wait: self._pending[0].wait()
     self._pending = None
 
@@ -77,3 +83,37 @@ def poll(self:StopRequests) -> dict:
 class _Done:
     "A finished `Work`, for a single process"
     def wait(self): return True
+
+# %% ../nbs/06_preempt.ipynb #701537c6
+def stop_signals() -> set:
+    "The signals that installed `StopRequests` route to their flags"
+    return {s for o in _installed for s in o.signals}
+
+@contextmanager
+def signals_blocked(sigs): # Signals to hold back in this thread
+    "Hold `sigs` back in this thread for the span of the block; any that arrived meanwhile are delivered as it ends"
+    sigs = set(sigs)
+    if not sigs: yield; return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try: yield
+    finally: signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+# %% ../nbs/06_preempt.ipynb #4f97b96c
+import multiprocessing
+from multiprocessing import resource_tracker
+
+_stock_start_workers = _MultiProcessingDataLoaderIter.__dict__.get('_ddpsafe_stock_init', _MultiProcessingDataLoaderIter.__init__)
+
+def _start_method(loader) -> str:
+    "How `loader`'s workers will be started: 'fork', 'spawn' or 'forkserver'"
+    ctx = getattr(loader, 'multiprocessing_context', None) or torch.multiprocessing
+    return ctx.get_start_method() if hasattr(ctx, 'get_start_method') else str(ctx)
+
+def _start_workers(self, loader, *args, **kwargs):
+    "torch's: start the DataLoader's worker processes, with the stop signals blocked so that the workers inherit the block"
+    sigs = stop_signals()
+    if sigs and _start_method(loader) != 'fork': resource_tracker.ensure_running()   # its first start unblocks SIGTERM
+    with signals_blocked(sigs): _stock_start_workers(self, loader, *args, **kwargs)
+
+_MultiProcessingDataLoaderIter._ddpsafe_stock_init = _stock_start_workers
+_MultiProcessingDataLoaderIter.__init__ = _start_workers

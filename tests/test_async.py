@@ -32,6 +32,7 @@ from fastai.optimizer import Optimizer
 from fastai.callback.core import Callback, CancelFitException
 from fastai.callback.progress import ProgressCallback
 import fastai.callback.schedule                      # fit_one_cycle
+import fastai.distributed                            # distrib_ctx
 from ddpsafe.all import *
 import ddpsafe.checkpoint as ckmod
 from ddpsafe.checkpoint import CheckpointCallback, step_lock

@@ -21,6 +21,7 @@ from fastai.callback.tracker import (TrackerCallback, EarlyStoppingCallback, Red
                                      TerminateOnNaNCallback)
 from fastai.callback.schedule import LRFinder
 from fastai.callback.progress import CSVLogger
+import fastai.distributed                            # distrib_ctx
 import ddpsafe.callbacks
 from ddpsafe.core import rank, barrier
 from ddpsafe.learner import fastai_stock

@@ -56,12 +56,13 @@ def main(argv=None) -> int:
         dist.init_process_group('gloo', timeout=timedelta(seconds=float(os.environ.get('DDPSAFE_TIMEOUT', 1800))))
     import numpy as np
     import fastai.callback.schedule     # fit_one_cycle, fine_tune
+    import fastai.distributed           # distrib_ctx
     from fastai.learner import Learner
     from fastai.losses import MSELossFlat
     from fastai.torch_core import set_seed
     from fastai.callback.progress import ProgressCallback
     import ddpsafe.checkpoint
-    from ddpsafe.checkpoint import CheckpointCallback
+    from ddpsafe.checkpoint import CheckpointCallback, run_state
     from ddpsafe.core import rank
     from ddpsafe.testing import synth_learner, synth_dls
     r = rank()
@@ -99,10 +100,10 @@ def main(argv=None) -> int:
             try: super().after_batch()
             finally:
                 if self.training and a.slow: time.sleep(a.slow)
-        def save(self, reason='request'):
+        def save(self, reason='request', **kwargs):
             g = self._position()['global_step']
             say(f'SAVE-BEGIN {g} {reason} {time.time():.3f}')
-            done = super().save(reason)
+            done = super().save(reason, **kwargs)
             say(f'SAVE-END {g} {reason} {"saved" if done else "skipped"} {time.time():.3f}')
             return done
 
@@ -119,8 +120,9 @@ def main(argv=None) -> int:
     except BaseException as e:
         res.update(code=1, error=f'{type(e).__name__}: {e}', error_time=time.time())
         import traceback; traceback.print_exc()
-    res.update(steps=learn.__dict__.get('_ddpsafe_steps'), train_iter=getattr(learn, 'train_iter', None),
-               stopped_by=getattr(cb, 'stopped_by', None), fits=learn.__dict__.get('_ddpsafe_fits'),
+    run = run_state(learn)
+    res.update(steps=run.steps, train_iter=getattr(learn, 'train_iter', None),
+               stopped_by=getattr(cb, 'stopped_by', None), fits=run.fits,
                metric_names=list(learn.recorder.metric_names[1:-1]),
                values=[[None if x is None else float(x) for x in row] for row in learn.recorder.values],
                seconds=round(time.time()-t0, 2))

@@ -1,0 +1,81 @@
+"""A small fastai training script as a user writes it, for the launcher tests (`tests/test_launchers.py`) and the recipes in `examples/`.
+
+    torchrun --nproc_per_node 2 launcher_train.py PATH N_EPOCH [--every-steps N] [--workers N] [--slow SECS]
+                                                  [--out FILE] [--marks DIR]
+
+The data is `y = x @ [1,2,3,4] + 0.5` plus noise (like `ddpsafe.testing.synth_dls`) through fastai `DataLoaders` with
+`--workers` DataLoader worker processes (2 by default, as fastai's default gives on a 2-core machine); the model is a
+`Linear(4,1)`; the run is `fit_one_cycle` inside `learn.distrib_ctx()` with `CheckpointCallback(every_steps=...)` saving
+to `PATH/checkpoints`. It sleeps `--slow` seconds after every optimizer step so that a signal lands mid-run.
+
+Launcher-agnostic: it reads the rank from the environment that `torchrun` or `accelerate launch` sets. With `--marks DIR`
+every rank appends marker lines, flushed at once, to `DIR/rank{r}.log` (`PID p`, `STEP g`, `SAVE g reason`, `RESULT
+{json}`). `--out FILE` writes the final weights of a finished run to `FILE.rank{r}`. The exit code is the
+callback's: 75 after a preemption signal, 0 at the end."""
+from __future__ import annotations
+import os, sys, json, time, argparse
+from pathlib import Path
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('path'); p.add_argument('n_epoch', type=int)
+    p.add_argument('--every-steps', type=int, default=2)
+    p.add_argument('--workers', type=int, default=2, help='DataLoader worker processes per rank')
+    p.add_argument('--slow', type=float, default=0.05, help='seconds to sleep after every optimizer step')
+    p.add_argument('--items', type=int, default=128, help='items in all, a quarter for validation')
+    p.add_argument('--out', default=None); p.add_argument('--marks', default=None)
+    return p.parse_args(argv)
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    r = int(os.environ.get('RANK', '0'))
+    log = None
+    if a.marks: Path(a.marks).mkdir(parents=True, exist_ok=True); log = open(Path(a.marks)/f'rank{r}.log', 'a', buffering=1)
+    def say(line):
+        print(line, flush=True)
+        if log: log.write(line + '\n')
+    say(f'PID {os.getpid()}')
+    t0 = time.time()
+    import torch
+    from fastai.data.core import Datasets
+    from fastai.data.transforms import ItemGetter
+    from fastai.learner import Learner
+    from fastai.losses import MSELossFlat
+    from fastai.torch_core import set_seed
+    from fastai.callback.progress import ProgressCallback
+    import fastai.callback.schedule, fastai.distributed
+    from ddpsafe.checkpoint import CheckpointCallback
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(a.items, 4, generator=g)
+    y = x @ torch.tensor([1.,2.,3.,4.]) + 0.5 + 0.1*torch.randn(a.items, generator=g)
+    items, split = [(u, v[None]) for u, v in zip(x, y)], a.items - a.items//4
+    dsets = Datasets(items, [[ItemGetter(0)], [ItemGetter(1)]], splits=[list(range(split)), list(range(split, a.items))])
+    set_seed(0)
+    dls = dsets.dataloaders(bs=8, device='cpu', path=a.path, num_workers=a.workers)
+    learn = Learner(dls, torch.nn.Linear(4, 1), loss_func=MSELossFlat(), lr=1e-2, path=a.path)
+    learn.remove_cb(ProgressCallback)
+
+    class Markers(CheckpointCallback):
+        "`CheckpointCallback` that logs its saves and sleeps after each step"
+        def after_batch(self):
+            if self.training: say(f'STEP {self.steps_before + self.train_iter}')
+            try: super().after_batch()
+            finally:
+                if self.training and a.slow: time.sleep(a.slow)
+        def save(self, *args, **kwargs):
+            done = super().save(*args, **kwargs)
+            reason = args[0] if args else kwargs.get('reason', '?')
+            if done: say(f'SAVE {self._position()["global_step"]} {reason}')
+            return done
+
+    cb = Markers(every_steps=a.every_steps, every_epoch=None, keep=3)
+    code = 0
+    try:
+        with learn.distrib_ctx(): learn.fit_one_cycle(a.n_epoch, 1e-2, cbs=cb)
+    except SystemExit as e: code = e.code if isinstance(e.code, int) else 1
+    if a.out and code == 0: torch.save({k: v.detach().clone() for k, v in learn.model.state_dict().items()}, f'{a.out}.rank{r}')
+    say('RESULT ' + json.dumps(dict(rank=r, code=code, stopped_by=cb.stopped_by, seconds=round(time.time()-t0, 2))))
+    return code
+
+if __name__ == '__main__': sys.exit(main())

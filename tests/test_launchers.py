@@ -1,0 +1,354 @@
+"""Preemption through the real launchers (issue 13): `torchrun` and `accelerate launch` started as subprocesses, fastai
+`DataLoaders` with two worker processes per rank, the signal sent the way schedulers send it; and the recipes in
+`examples/`, run end to end (with stub `srun` / `scontrol` on PATH for the SLURM script, which cannot run here).
+
+Each run is `tests/scripts/launcher_train.py` on 2 CPU ranks: 4 epochs of 6 steps, a checkpoint every 2 steps. The
+signal is sent after the 4th checkpoint (step 8). The checks: every rank saved the same step last, that checkpoint's
+manifest says `reason='signal'`, `ddpsafe-status` exits 75 whatever the launcher's own exit code; the same command
+then runs to the end, `ddpsafe-status` exits 0, and the weights equal an uninterrupted run's bit for bit.
+Every launch is bounded: a run that does not end in time fails with the ranks that did not report a result.
+Exit codes and wall times of every launch are printed (`-s`) and appended as JSON lines to `$DDPSAFE_LAUNCH_REPORT`."""
+from __future__ import annotations
+import os, re, sys, json, time, shutil, signal, subprocess, tempfile
+from pathlib import Path
+import pytest, torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT/'tests'/'scripts'/'launcher_train.py'
+EXAMPLES = ROOT/'examples'
+BIN = Path(sys.executable).parent
+TORCHRUN, ACCELERATE = BIN/'torchrun', BIN/'accelerate'
+N_EPOCH, SAVES_BEFORE_SIGNAL = 4, 4
+
+needs_torchrun = pytest.mark.skipif(not TORCHRUN.exists(), reason='no torchrun next to this python')
+needs_accelerate = pytest.mark.skipif(not ACCELERATE.exists(), reason='no accelerate next to this python')
+
+# ---------------------------------------------------------------------------------------------------------------
+# ddpsafe-status: the console script when it is installed; until then a stand-in that reads the manifest the same way
+
+STATUS_SHIM = '''#!{python}
+"""Stand-in for ddpsafe-status (tests only, used while the console script is not installed)"""
+import sys, json
+from ddpsafe.manifest import newest_complete, read_manifest
+ck = newest_complete(sys.argv[1])
+if ck is None: print('no complete checkpoint'); sys.exit(2)
+m = read_manifest(ck)
+print(json.dumps(dict(step=m.get('step'), epoch=m.get('epoch'), reason=m.get('reason'), time=m.get('time'))))
+sys.exit(0 if m.get('finished') else 75 if m.get('stop') or m.get('reason') in ('signal', 'switch') else 1)
+'''
+
+@pytest.fixture(scope='module')
+def tools(tmp_path_factory):
+    "A PATH with this venv's binaries, `ddpsafe-status` (the real one, else the stand-in), and stub `srun`/`scontrol`"
+    d = tmp_path_factory.mktemp('bin')
+    if not (BIN/'ddpsafe-status').exists():
+        (d/'ddpsafe-status').write_text(STATUS_SHIM.format(python=sys.executable))
+    (d/'srun').write_text('#!/bin/sh\n# stub: run the step here, in the foreground of this shell\nexec "$@"\n')
+    (d/'scontrol').write_text('#!/bin/sh\n# stub: record the call\necho "scontrol $*" >> "$SCONTROL_LOG"\n')
+    for f in d.iterdir(): f.chmod(0o755)
+    return dict(PATH=f'{d}:{BIN}:{os.environ.get("PATH", "")}', real_status=(BIN/'ddpsafe-status').exists())
+
+def env(tools, **extra) -> dict:
+    return {**os.environ, 'PATH': tools['PATH'], 'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1', 'DDPSAFE_TIMEOUT': '60',
+            **{k: str(v) for k, v in extra.items()}}
+
+def status(tools, ckpt) -> int:
+    "`ddpsafe-status ckpt`'s exit code"
+    return subprocess.run(['ddpsafe-status', str(ckpt)], env=env(tools), capture_output=True, timeout=60).returncode
+
+# ---------------------------------------------------------------------------------------------------------------
+# One launch of the training script, and what its ranks wrote
+
+def train_args(run:Path, *extra) -> list:
+    return [str(SCRIPT), str(run), str(N_EPOCH), '--marks', str(run/'marks'), '--out', str(run/'w'), *map(str, extra)]
+
+def torchrun_cmd(*flags) -> list: return [str(TORCHRUN), '--nproc_per_node', '2', *flags]
+def accelerate_cmd() -> list: return [str(ACCELERATE), 'launch', '--multi_gpu', '--num_processes', '2', '--num_machines', '1',
+                                      '--mixed_precision', 'no', '--dynamo_backend', 'no']
+
+class Launch:
+    "A launcher command started in a session of its own (as a scheduler starts a job), with its ranks' marker files"
+    def __init__(self, cmd:list, run:Path, tools, name:str, **extra_env):
+        self.run, self.name, self.t0 = Path(run), name, time.monotonic()
+        self.out = open(self.run.parent/f'{self.run.name}-{name}.out', 'w')
+        self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env=env(tools, **extra_env), cwd=self.run.parent)
+    def marks(self, r:int) -> list:
+        try: return (self.run/'marks'/f'rank{r}.log').read_text().splitlines()
+        except FileNotFoundError: return []
+    def pid(self, r:int) -> int|None:
+        pids = [int(l.split()[1]) for l in self.marks(r) if l.startswith('PID ')]
+        return pids[-1] if pids else None
+    def saves(self, r:int) -> list: return [l.split()[1:] for l in self.marks(r) if l.startswith('SAVE ')]
+    def results(self) -> list:
+        return [next((json.loads(l[7:]) for l in reversed(self.marks(r)) if l.startswith('RESULT ')), None) for r in range(2)]
+    def output(self) -> str: return (self.run.parent/f'{self.run.name}-{self.name}.out').read_text(errors='replace')
+
+    def wait_saves(self, n:int, timeout:float=120):
+        "Wait until rank 0 has logged `n` saves of this launch"
+        deadline, before = time.monotonic() + timeout, len(self.saves(0))
+        while time.monotonic() < deadline:
+            if len(self.saves(0)) >= n: return
+            if self.proc.poll() is not None: break
+            time.sleep(0.02)
+        pytest.fail(f'{self.name}: rank 0 logged {len(self.saves(0))} saves, not {n} (launcher exit {self.proc.poll()})\n{self.output()[-4000:]}')
+
+    def wait(self, timeout:float=120) -> int:
+        "The launcher's exit code; a hang fails the test naming the ranks that reported no result"
+        try: code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            missing = [r for r, res in enumerate(self.results()) if res is None]
+            self.kill()
+            pytest.fail(f'{self.name}: the launcher did not exit within {timeout:.0f}s; ranks without a result: {missing}\n{self.output()[-4000:]}')
+        self.seconds = round(time.monotonic() - self.t0, 1)
+        return code
+
+    def kill(self):
+        "SIGKILL to the launcher's session and to every rank (ranks live in sessions of their own)"
+        for r in range(2):
+            if (p := self.pid(r)):
+                try: os.killpg(p, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError): pass
+        try: os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError): pass
+
+def report(**rec):
+    print(f'\n[launch] ' + ', '.join(f'{k}={v}' for k, v in rec.items()))
+    if dest := os.environ.get('DDPSAFE_LAUNCH_REPORT'):
+        with open(dest, 'a') as f: f.write(json.dumps(rec, default=str) + '\n')
+
+def weights(run:Path) -> list: return [torch.load(f'{run}/w.rank{r}', weights_only=True) for r in range(2)]
+def same(a:dict, b:dict) -> bool: return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+_baseline = {}
+def baseline(tools, tmp_root:Path) -> list:
+    "The final weights of an uninterrupted torchrun run (once per session)"
+    if 'w' not in _baseline:
+        run = tmp_root/'baseline'
+        l = Launch(torchrun_cmd() + train_args(run), run, tools, 'baseline')
+        code = l.wait(180)
+        report(launch='torchrun, uninterrupted', exit=code, seconds=l.seconds)
+        assert code == 0 and status(tools, run/'checkpoints') == 0, l.output()[-4000:]
+        _baseline['w'] = weights(run)
+    return _baseline['w']
+
+@pytest.fixture(scope='module')
+def tmp_root(tmp_path_factory): return tmp_path_factory.mktemp('launch')
+
+def newest_manifest(ckpt:Path) -> dict:
+    from ddpsafe.manifest import newest_complete, read_manifest
+    return read_manifest(newest_complete(ckpt))
+
+def preempt_and_resume(cmd:list, run:Path, tools, tmp_root, target:str, sig=signal.SIGTERM, label:str='', **extra_env):
+    """Start `cmd`, send `sig` to `target` ('launcher', 'group' or 'rank1') after the 4th checkpoint, check the stop,
+    rerun `cmd` to the end and compare with the uninterrupted run"""
+    base = baseline(tools, tmp_root)
+    l = Launch(cmd, run, tools, 'preempted', **extra_env)
+    l.wait_saves(SAVES_BEFORE_SIGNAL)
+    if target == 'group':           # every process of the job: torchrun's group, and each rank's (ranks get sessions of their own)
+        for pg in [l.proc.pid, l.pid(0), l.pid(1)]: os.killpg(pg, sig)
+    else: os.kill({'launcher': l.proc.pid, 'rank1': l.pid(1)}[target], sig)
+    code = l.wait(120)
+    res = l.results()
+    saves = [l.saves(r)[-1] for r in range(2)]
+    st = status(tools, run/'checkpoints')
+    report(launch=label, target=target, signal=signal.Signals(sig).name, launcher_exit=code, rank_exits=[x and x['code'] for x in res],
+           saved=saves, status=st, seconds=l.seconds)
+    assert None not in res, f'a rank reported no result (crashed?):\n{l.output()[-5000:]}'
+    assert [x['code'] for x in res] == [75, 75] and [x['stopped_by'] for x in res] == ['signal']*2, res
+    assert saves[0] == saves[1] and saves[0][1] == 'signal', f'ranks saved different steps: {saves}'
+    assert int(saves[0][0]) > 2*SAVES_BEFORE_SIGNAL - 1, saves          # after the 4th checkpoint, before the end
+    man = newest_manifest(run/'checkpoints')
+    assert (man['reason'], man['step']) == ('signal', int(saves[0][0])), man
+    assert 'killed by signal' not in l.output() and 'exited unexpectedly' not in l.output()
+    assert st == 75, f'ddpsafe-status exited {st}, not 75'
+
+    again = Launch(cmd, run, tools, 'resumed', **extra_env)
+    code2 = again.wait(180)
+    st2 = status(tools, run/'checkpoints')
+    report(launch=label, phase='rerun', launcher_exit=code2, status=st2, seconds=again.seconds)
+    assert code2 == 0 and st2 == 0, again.output()[-4000:]
+    assert all(same(a, b) for a, b in zip(weights(run), base)), 'resumed weights differ from the uninterrupted run'
+    return code, code2
+
+# ---------------------------------------------------------------------------------------------------------------
+# torchrun
+
+@needs_torchrun
+@pytest.mark.timeout(420)
+def test_torchrun_sigterm_to_launcher(tools, tmp_root):
+    "SIGTERM to torchrun's pid (Kubernetes, SLURM): torchrun forwards it to each rank's process group, workers included"
+    code, _ = preempt_and_resume(torchrun_cmd() + train_args(tmp_root/'tr-launcher'), tmp_root/'tr-launcher', tools, tmp_root,
+                                 'launcher', label='torchrun')
+    assert code == 1          # torchrun reports 1 after a forwarded signal, as after a crash: the status tells them apart
+
+@needs_torchrun
+@pytest.mark.timeout(300)
+def test_torchrun_sigterm_to_one_rank(tools, tmp_root):
+    "SIGTERM to rank 1 alone: both ranks agree, save the same step and stop"
+    preempt_and_resume(torchrun_cmd() + train_args(tmp_root/'tr-rank'), tmp_root/'tr-rank', tools, tmp_root, 'rank1', label='torchrun')
+
+@needs_torchrun
+@pytest.mark.timeout(300)
+def test_torchrun_sigterm_to_process_group(tools, tmp_root):
+    "SIGTERM to every process of the job at once, DataLoader workers included (SLURM's step signal, `kill -TERM -PGID`)"
+    run = tmp_root/'tr-group'
+    preempt_and_resume(torchrun_cmd() + train_args(run), run, tools, tmp_root, 'group', label='torchrun')
+
+@needs_torchrun
+@pytest.mark.timeout(300)
+def test_torchrun_sigusr1_with_signals_to_handle(tools, tmp_root):
+    "SIGUSR1 (SLURM's usual warning) to torchrun: forwarded when torchrun is told to handle it"
+    flags = ['--signals-to-handle', 'SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1']
+    code, _ = preempt_and_resume(torchrun_cmd(*flags) + train_args(tmp_root/'tr-usr1'), tmp_root/'tr-usr1', tools, tmp_root,
+                                 'launcher', sig=signal.SIGUSR1, label='torchrun --signals-to-handle ...,SIGUSR1')
+    assert code == 1
+
+@needs_torchrun
+@pytest.mark.timeout(200)
+def test_torchrun_sigusr1_default_orphans_ranks(tools, tmp_root):
+    "Stock torchrun dies of SIGUSR1 and leaves its ranks training: why the recipes send SIGTERM to the launcher"
+    run = tmp_root/'tr-usr1-default'
+    l = Launch(torchrun_cmd() + train_args(run), run, tools, 'usr1-default')
+    l.wait_saves(SAVES_BEFORE_SIGNAL)
+    os.kill(l.proc.pid, signal.SIGUSR1)
+    code = l.wait(60)
+    pids = [l.pid(r) for r in range(2)]
+    alive = [Path(f'/proc/{p}').exists() for p in pids]
+    report(launch='torchrun', target='launcher', signal='SIGUSR1', launcher_exit=code, ranks_alive_after=alive)
+    try:
+        assert code == -signal.SIGUSR1 and alive == [True, True], (code, alive)
+        for p in pids: os.kill(p, signal.SIGTERM)       # the orphans still answer a signal of their own: save, exit 75
+        deadline = time.monotonic() + 60
+        while None in l.results() and time.monotonic() < deadline: time.sleep(0.05)
+        assert [x and x['code'] for x in l.results()] == [75, 75], l.results()
+        assert status(tools, run/'checkpoints') == 75
+    finally: l.kill()
+
+# ---------------------------------------------------------------------------------------------------------------
+# accelerate launch --multi_gpu (two CPU ranks; accelerate runs torch's elastic agent in its own process)
+
+@needs_accelerate
+@pytest.mark.timeout(420)
+def test_accelerate_sigterm_to_launcher(tools, tmp_root):
+    run = tmp_root/'acc-launcher'
+    code, _ = preempt_and_resume(accelerate_cmd() + train_args(run), run, tools, tmp_root, 'launcher', label='accelerate launch --multi_gpu')
+    assert code == 1
+
+# ---------------------------------------------------------------------------------------------------------------
+# DataLoader workers started with `spawn`: the signal lands before any Python code of the worker has run
+
+class _Items(torch.utils.data.Dataset):
+    def __len__(self): return 12
+    def __getitem__(self, i): time.sleep(0.02); return i
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize('method', ['spawn', 'fork'])
+def test_workers_survive_an_early_signal(method):
+    "SIGTERM to the workers the moment they are started, and again mid-epoch, inside a `StopRequests`: every batch arrives"
+    from ddpsafe.preempt import StopRequests
+    dl = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(12)) if method == 'spawn' else _Items(),
+                                     batch_size=3, num_workers=2, multiprocessing_context=method)
+    stops = StopRequests().install()
+    try:
+        it = iter(dl)
+        for w in it._workers: os.kill(w.pid, signal.SIGTERM)        # spawn: the worker's interpreter is still starting
+        got = []
+        for i, b in enumerate(it):
+            got.append(b)
+            if i == 0:
+                for w in it._workers: os.kill(w.pid, signal.SIGTERM)
+    finally: stops.uninstall()
+    assert len(got) == 4 and stops.signalled is None      # all batches; the rank itself was not signalled
+
+# ---------------------------------------------------------------------------------------------------------------
+# The recipes in examples/
+
+@needs_torchrun
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize('launcher', ['torchrun', 'accelerate'])
+def test_requeue_loop(tools, tmp_root, launcher):
+    "examples/requeue.sh: SIGTERM to the launcher mid-run; the loop sees status 75, runs it again, ends with status 0"
+    if launcher == 'accelerate' and not ACCELERATE.exists(): pytest.skip('no accelerate')
+    base = baseline(tools, tmp_root)
+    run = tmp_root/f'loop-{launcher}'
+    cmd = torchrun_cmd() if launcher == 'torchrun' else accelerate_cmd()
+    l = Launch(['bash', str(EXAMPLES/'requeue.sh'), str(run/'checkpoints'), *cmd, *train_args(run)], run, tools, 'loop', MAX_RUNS=3)
+    l.wait_saves(SAVES_BEFORE_SIGNAL)
+    launcher_pid = int(subprocess.run(['pgrep', '-P', str(l.proc.pid)], capture_output=True, text=True).stdout.split()[0])
+    os.kill(launcher_pid, signal.SIGTERM)
+    code = l.wait(300)
+    runs = re.findall(r'requeue.sh: run (\d+): launcher exit (-?\d+), ddpsafe-status (\d+)', l.output())
+    report(launch=f'requeue.sh + {launcher}', loop_exit=code, runs=runs, seconds=l.seconds)
+    assert code == 0 and runs == [('1', '1', '75'), ('2', '0', '0')], (code, runs, l.output()[-3000:])
+    assert all(same(a, b) for a, b in zip(weights(run), base))
+
+@needs_torchrun
+@pytest.mark.timeout(200)
+def test_requeue_loop_signalled_itself(tools, tmp_root):
+    "SIGTERM to the loop (the scheduler stopping the whole job): passed on to torchrun, checkpoint saved, exit 75, no rerun"
+    run = tmp_root/'loop-self'
+    l = Launch(['bash', str(EXAMPLES/'requeue.sh'), str(run/'checkpoints'), *torchrun_cmd(), *train_args(run)], run, tools, 'loop-self')
+    l.wait_saves(SAVES_BEFORE_SIGNAL)
+    os.kill(l.proc.pid, signal.SIGTERM)
+    code = l.wait(120)
+    runs = re.findall(r'requeue.sh: run (\d+): launcher exit (-?\d+), ddpsafe-status (\d+)', l.output())
+    report(launch='requeue.sh + torchrun, loop signalled', loop_exit=code, runs=runs, seconds=l.seconds)
+    assert code == 75 and runs == [('1', '1', '75')], (code, runs, l.output()[-3000:])
+    assert newest_manifest(run/'checkpoints')['reason'] == 'signal'
+
+@needs_torchrun
+@pytest.mark.timeout(420)
+def test_kubernetes_entrypoint(tools, tmp_root):
+    "examples/kubernetes/entrypoint.sh as the container's PID 1 would run it: SIGTERM to it -> exit 75; the next pod -> exit 0"
+    base = baseline(tools, tmp_root)
+    run = tmp_root/'k8s'
+    cmd = ['bash', str(EXAMPLES/'kubernetes'/'entrypoint.sh'), str(run/'checkpoints'), *torchrun_cmd(), *train_args(run)]
+    pod1 = Launch(cmd, run, tools, 'pod1')
+    pod1.wait_saves(SAVES_BEFORE_SIGNAL)
+    os.kill(pod1.proc.pid, signal.SIGTERM)          # the kubelet's SIGTERM to the container's main process
+    code1 = pod1.wait(120)
+    pod2 = Launch(cmd, run, tools, 'pod2')
+    code2 = pod2.wait(180)
+    report(launch='kubernetes entrypoint.sh + torchrun', pod_exits=[code1, code2], seconds=[pod1.seconds, pod2.seconds])
+    assert (code1, code2) == (75, 0), (code1, code2, pod1.output()[-2000:], pod2.output()[-2000:])
+    assert all(same(a, b) for a, b in zip(weights(run), base))
+
+def test_kubernetes_job_yaml():
+    "The Job maps exit 75 of the container that runs the entrypoint to `Ignore` (kubectl cannot run here: the yaml is checked)"
+    import yaml
+    job = yaml.safe_load((EXAMPLES/'kubernetes'/'train-job.yaml').read_text())
+    spec, pod = job['spec'], job['spec']['template']['spec']
+    assert job['kind'] == 'Job' and pod['restartPolicy'] == 'Never'          # podFailurePolicy requires Never
+    (container,) = pod['containers']
+    assert container['command'][0].endswith('entrypoint.sh')
+    rule = next(r for r in spec['podFailurePolicy']['rules'] if 'onExitCodes' in r)
+    assert rule['action'] == 'Ignore' and rule['onExitCodes'] == dict(containerName=container['name'], operator='In', values=[75])
+    assert pod['terminationGracePeriodSeconds'] >= 60
+
+@needs_torchrun
+@pytest.mark.timeout(420)
+def test_slurm_sbatch_script(tools, tmp_root):
+    """examples/slurm/train.sbatch with stub `srun` (runs the step in place) and `scontrol` (records its call): SIGTERM to
+    the batch shell, as `--signal=B:TERM@120` sends it -> `scontrol requeue JOBID`; the requeued job -> no requeue, exit 0"""
+    base = baseline(tools, tmp_root)
+    run = tmp_root/'slurm'; run.mkdir()
+    cmd = ['bash', str(EXAMPLES/'slurm'/'train.sbatch'), *train_args(run)]
+    extra = dict(SLURM_JOB_ID='4242', CKPT_DIR=run/'checkpoints', NPROC_PER_NODE=2, SCONTROL_LOG=run/'scontrol.log')
+    job1 = Launch(cmd, run, tools, 'job1', **extra)
+    job1.wait_saves(SAVES_BEFORE_SIGNAL)
+    os.kill(job1.proc.pid, signal.SIGTERM)
+    code1 = job1.wait(120)
+    calls1 = (run/'scontrol.log').read_text().splitlines() if (run/'scontrol.log').exists() else []
+    job2 = Launch(cmd, run, tools, 'job2', **extra)
+    code2 = job2.wait(180)
+    calls2 = (run/'scontrol.log').read_text().splitlines()
+    report(launch='train.sbatch (stub srun/scontrol) + torchrun', job_exits=[code1, code2], scontrol=calls2,
+           seconds=[job1.seconds, job2.seconds])
+    assert calls1 == ['scontrol requeue 4242'] and calls2 == calls1, (calls1, calls2, job1.output()[-2000:])
+    assert (code1, code2) == (0, 0)
+    assert all(same(a, b) for a, b in zip(weights(run), base))
+
+def test_recipes_are_valid_bash():
+    for f in [EXAMPLES/'requeue.sh', EXAMPLES/'kubernetes'/'entrypoint.sh', EXAMPLES/'slurm'/'train.sbatch']:
+        assert subprocess.run(['bash', '-n', str(f)], capture_output=True).returncode == 0, f
