@@ -32,8 +32,8 @@ def _loaded(module:str, name:str):
 
 # %% auto #0
 __all__ = ['step_lock', 'model_weights', 'load_weights', 'rng_state', 'set_rng_state', 'RunState', 'run_state', 'model_signature',
-           'optimizer_signature', 'fit_method', 'fit_signature', 'setup_signature', 'setup_changes',
-           'CheckpointCallback']
+           'optimizer_signature', 'fit_method', 'fit_signature', 'setup_signature', 'setup_changes', 'ModelState',
+           'RecorderState', 'TrackerState', 'LoaderState', 'RNGState', 'CheckpointCallback']
 
 # %% ../nbs/08_checkpoint.ipynb #9f2b6736
 _locks, _locks_guard = weakref.WeakKeyDictionary(), threading.Lock()
@@ -205,6 +205,56 @@ def setup_changes(saved:dict, now:dict) -> dict:
     if not _same_fit(saved['fit'], now['fit']): out['fit'] = (_fit_words(saved['fit']), _fit_words(now['fit']))
     return out
 
+# %% ../nbs/08_checkpoint.ipynb #e292767f
+def _plain(o):
+    "A recorded value as a plain float (or `None`)"
+    return None if o is None else float(o)
+
+class ModelState:
+    "The unwrapped model's weights, each shared tensor once"
+    def __init__(self, learn:Learner): self.learn = learn
+    def state_dict(self) -> dict: return model_weights(self.learn.model)
+    def load_state_dict(self, d:dict, file='the checkpoint'): load_weights(self.learn.model, d, file)
+
+class RecorderState:
+    "fastai's `Recorder`: the losses, learning rates and metrics so far, as plain values"
+    def __init__(self, learn:Learner): self.learn = learn
+    def state_dict(self) -> dict:
+        rec = self.learn.recorder
+        return dict(values=[list(map(_plain, v)) for v in rec.values], losses=[float(o) for o in rec.losses],
+                    lrs=[float(o) for o in rec.lrs], iters=list(rec.iters), smooth=(rec.smooth_loss.count, float(rec.smooth_loss.val)))
+    def load_state_dict(self, d:dict):
+        rec = self.learn.recorder
+        rec.values, rec.losses, rec.lrs, rec.iters = [list(v) for v in d['values']], [torch.tensor(o) for o in d['losses']], list(d['lrs']), list(d['iters'])
+        rec.smooth_loss.count, rec.smooth_loss.val = d['smooth'][0], torch.tensor(d['smooth'][1])
+
+class TrackerState:
+    "Each `TrackerCallback`'s best value, and how long those that wait have waited"
+    def __init__(self, learn:Learner): self.learn = learn
+    def trackers(self) -> list: return [cb for cb in self.learn.cbs if isinstance(cb, _loaded('fastai.callback.tracker', 'TrackerCallback'))]
+    def state_dict(self) -> list: return [dict(best=_plain(cb.best), wait=getattr(cb, 'wait', None)) for cb in self.trackers()]
+    def load_state_dict(self, d:list):
+        for cb, t in zip(self.trackers(), d):
+            cb.best = t['best']
+            if t['wait'] is not None: cb.wait = t['wait']
+
+class LoaderState:
+    "The loaders' shuffle generators; inside an epoch, the training one as the epoch found it"
+    def __init__(self, learn:Learner): self.learn,self.epoch_start = learn,None
+    def begin_epoch(self): self.epoch_start = _base_dl(self.learn.dl).rng.getstate()
+    def end_epoch(self): self.epoch_start = None
+    def state_dict(self) -> list:
+        states = [_base_dl(dl).rng.getstate() for dl in self.learn.dls.loaders]
+        if self.epoch_start is not None: states[0] = self.epoch_start
+        return states
+    def load_state_dict(self, d:list):
+        for dl, s in zip(self.learn.dls.loaders, d): _base_dl(dl).rng.setstate(s)
+
+class RNGState:
+    "Every rank's random states; both methods are collective"
+    def state_dict(self) -> list: return all_ranks(rng_state())
+    def load_state_dict(self, d:list): set_rng_state(d[rank()])
+
 # %% ../nbs/08_checkpoint.ipynb #c3df44dd
 _CHANGES = ('model', 'optimizer', 'fit')
 
@@ -229,7 +279,7 @@ class CheckpointCallback(Callback):
         if comp is None: self.comp = np.less if 'loss' in monitor or 'error' in monitor else np.greater
         self.accept_changes = {accept_changes} if isinstance(accept_changes, str) else set(accept_changes)
         if unknown := self.accept_changes - set(_CHANGES): raise ValueError(f'accept_changes: {sorted(unknown)} not among {_CHANGES}')
-        self.stops = self.writer = self.state_buffers = self.claim = None
+        self.stops = self.writer = self.state_buffers = self.parts = self.claim = None
 
     def __call__(self, event_name):
         "Run the event, inside a training `fit` only: `validate`, `get_preds` and `lr_find` save nothing"
@@ -246,22 +296,11 @@ def _position(self:CheckpointCallback) -> dict:
 
 @patch
 def _state(self:CheckpointCallback) -> dict:
-    "Everything besides weights, optimizer and random states that the next step depends on, and the setup it was saved with"
-    rec, pos = self.learn.recorder, self._position()
-    dl_rng = [_base_dl(dl).rng.getstate() for dl in self.dls.loaders]
-    if not pos['epoch_done'] and self.train_rng is not None: dl_rng[0] = self.train_rng   # replayed from the epoch's start
-    trackers = [dict(best=float(cb.best) if cb.best is not None else None, wait=getattr(cb, 'wait', None)) for cb in self._trackers()]
-    return dict(**pos, world_size=world(), dl_rng=dl_rng, trackers=trackers, setup=self.setup,
-                recorder=dict(values=[list(map(_plain, v)) for v in rec.values], losses=[float(o) for o in rec.losses],
-                              lrs=[float(o) for o in rec.lrs], iters=list(rec.iters), smooth=(rec.smooth_loss.count, float(rec.smooth_loss.val))),
+    "`state.pt`: the position, the recorder, trackers and loaders, and the setup it was saved with"
+    p = self.parts
+    return dict(**self._position(), world_size=world(), setup=self.setup, recorder=p['recorder'].state_dict(),
+                trackers=p['trackers'].state_dict(), dl_rng=p['loaders'].state_dict(),
                 versions=dict(torch=str(torch.__version__), fastai=fastai.__version__, ddpsafe=ddpsafe.__version__))
-
-def _plain(o):
-    "A recorded value as a plain float (or `None`)"
-    return None if o is None else float(o)
-
-@patch
-def _trackers(self:CheckpointCallback) -> list: return [cb for cb in self.learn.cbs if isinstance(cb, _loaded('fastai.callback.tracker', 'TrackerCallback'))]
 
 # %% ../nbs/08_checkpoint.ipynb #9de53321
 def _writers(weights:dict, opt_state, state:dict, rngs:list) -> dict:
@@ -306,12 +345,12 @@ def save(self:CheckpointCallback,
     pos = self._position()
     if (pos['global_step'], pos['epoch_done']) == self.last_pos: return False
     self._settle()
-    rngs, state = all_ranks(rng_state()), self._state()
+    rngs, state = self.parts['rng'].state_dict(), self._state()
     meta = dict(epoch=pos['epoch'], iter=pos['iter'], epoch_done=pos['epoch_done'], fit=pos['fit'], reason=reason, stop=stop,
                 finished=finished, world_size=world(), monitor=self.monitor, comp=_name(self.comp),
                 metric=self._metric() if pos['epoch_done'] else None)
     if not self.async_save:
-        snap = dict(model=model_weights(self.model), opt=self.opt.state_dict())
+        snap = dict(model=self.parts['model'].state_dict(), opt=self.opt.state_dict())
         on_main(self._commit, pos['global_step'], _writers(snap['model'], snap['opt'], state, rngs), meta)
     elif is_main():
         snap = self.learn.snapshot(self.state_buffers)
@@ -330,11 +369,9 @@ def _metric(self:CheckpointCallback):
 @patch
 def before_epoch(self:CheckpointCallback): self.ran_epoch = True
 @patch
-def before_train(self:CheckpointCallback):
-    self.in_train = True
-    self.train_rng = _base_dl(self.dl).rng.getstate()   # the generator this epoch's shuffle will draw from
+def before_train(self:CheckpointCallback): self.in_train = True; self.parts['loaders'].begin_epoch()
 @patch
-def after_train(self:CheckpointCallback): self.in_train = False
+def after_train(self:CheckpointCallback): self.in_train = False; self.parts['loaders'].end_epoch()
 @patch
 def before_batch(self:CheckpointCallback): self.stepped = False
 @patch
@@ -387,7 +424,7 @@ def _close(self:CheckpointCallback):
     if self.writer is not None and (err := self.writer.wait()) is not None:
         warnings.warn(f'ddpsafe: the background checkpoint write failed too: {err}')
     if self.claim is not None: self.claim.release()      # rank 0's; the other ranks hold inactive copies
-    self.stops = self.writer = self.state_buffers = self.train_rng = self.claim = None
+    self.stops = self.writer = self.state_buffers = self.parts = self.claim = None
 
 # %% ../nbs/08_checkpoint.ipynb #729c0233
 @patch_fastai('fastai.callback.schedule', 'Learner.fine_tune')
@@ -448,11 +485,10 @@ def _resume(self:CheckpointCallback):
         raise CheckpointMismatch(f'{ck} was written by {state["world_size"]} ranks and this run has {world()}: '
                                  'the data shards and random states would not match. Resume with the same number of ranks.')
     device = next(get_model(self.model).parameters()).device
-    load_weights(self.model, self._read(ck, 'model.safetensors', map_location=device), ck/'model.safetensors')
+    self.parts['model'].load_state_dict(self._read(ck, 'model.safetensors', map_location=device), ck/'model.safetensors')
     changed = self._check_setup(ck, state.get('setup'))
     if 'optimizer' not in changed: self.opt.load_state_dict(self._read(ck, 'optimizer.pt', map_location=device))
-    rngs = self._read(ck, 'rng.pt')
-    self._restore(state, rngs[rank()], same_fit='fit' not in changed)
+    self._restore(state, self._read(ck, 'rng.pt'), same_fit='fit' not in changed)
     if is_main(): print(self._resume_message(ck, state))
 
 @patch
@@ -467,15 +503,10 @@ def _resume_message(self:CheckpointCallback, ck:Path, state:dict) -> str:
 
 # %% ../nbs/08_checkpoint.ipynb #7cf8b2f4
 @patch
-def _restore(self:CheckpointCallback, state:dict, rng:dict, same_fit:bool=True):
-    "Put the recorder, trackers, data order and counters where `state` says, and arm the loops"
-    rec, r = self.learn.recorder, state['recorder']
-    rec.values, rec.losses, rec.lrs, rec.iters = [list(v) for v in r['values']], [torch.tensor(o) for o in r['losses']], list(r['lrs']), list(r['iters'])
-    rec.smooth_loss.count, rec.smooth_loss.val = r['smooth'][0], torch.tensor(r['smooth'][1])
-    for cb, t in zip(self._trackers(), state['trackers']):
-        cb.best = t['best']
-        if t['wait'] is not None: cb.wait = t['wait']
-    for dl, s in zip(self.dls.loaders, state['dl_rng']): _base_dl(dl).rng.setstate(s)
+def _restore(self:CheckpointCallback, state:dict, rngs:list, same_fit:bool=True):
+    "Put the recorder, trackers, data order and counters where `state` says, and arm the loops to go on from there"
+    p = self.parts
+    p['recorder'].load_state_dict(state['recorder']); p['trackers'].load_state_dict(state['trackers']); p['loaders'].load_state_dict(state['dl_rng'])
     self.fit_steps = state.get('fit_steps', state['train_iter'])
     self.steps_before = state['global_step'] - self.fit_steps
     self.last_pos = (state['global_step'], state['epoch_done'])
@@ -483,13 +514,13 @@ def _restore(self:CheckpointCallback, state:dict, rng:dict, same_fit:bool=True):
     run = run_state(self.learn)
     if state['epoch_done']:
         run.start_epoch = state['epoch'] + 1
-        set_rng_state(rng)
+        p['rng'].load_state_dict(rngs)
     else:
         n_iter = len(self.dls.train)   # a changed fit: where the same batch falls in its schedule
         pct = state['pct_train'] if same_fit else (state['epoch'] + state['iter']/n_iter) / self.n_epoch
         def at_resume_point():
             self.learn.pct_train, self.learn.train_iter = pct, state['train_iter']
-            set_rng_state(rng)
+            p['rng'].load_state_dict(rngs)
         run.start_epoch, run.skip = state['epoch'], (state['iter'], at_resume_point)
 
 # %% ../nbs/08_checkpoint.ipynb #4eb33bd5
@@ -513,6 +544,8 @@ def before_fit(self:CheckpointCallback):
     at_fit_end(self.learn, self._close)
     self.fit_idx, run.fits = run.fits, run.fits + 1
     self.steps_before, self.fit_steps, self.setup = run.steps, 0, setup_signature(self.learn)
+    self.parts = dict(model=ModelState(self.learn), recorder=RecorderState(self.learn), trackers=TrackerState(self.learn),
+                      loaders=LoaderState(self.learn), rng=RNGState())
     self.last_pos, self.stopped_by, self.skipped_fit, self.ran_epoch, self.in_train = None, None, False, False, False
     self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(save=False, stop=False, signal=False), False, False, False
     self.writer, self.state_buffers = (AsyncWriter(), StateBuffers()) if self.async_save else (None, None)

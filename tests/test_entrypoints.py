@@ -92,5 +92,37 @@ def export(folder, cb_name):
     learn.remove_cb(ProgressCallback)
     with _ddp(learn): learn.fit(1, 1e-2)
     learn.export()
-    return learn.get_preds()[0].tolist()
+    x = torch.stack([x for x, _ in learn.dls.valid_ds.items])
+    with torch.no_grad(): return learn.model(x).tolist()       # what the trained model predicts, in order
 
+
+LOAD = '''
+import sys, json, signal
+from fastai.learner import load_learner
+from fastai.callback.progress import ProgressCallback
+from ddpsafe.testing import synth_dls
+learn = load_learner('export.pkl')
+learn.remove_cb(ProgressCallback)
+before = signal.getsignal(signal.SIGTERM)
+dls = synth_dls(seed=0)
+preds = learn.get_preds(dl=learn.dls.test_dl([dls.valid_ds.items[i] for i in range(len(dls.valid_ds))]))[0]
+print(json.dumps(dict(preds=preds.tolist(), cbs=[type(c).__name__ for c in learn.cbs],
+                      live=[k for k in ('stops', 'writer', 'state_buffers', 'parts', 'claim') if getattr(learn.checkpoint, k, None) is not None],
+                      handler_same=signal.getsignal(signal.SIGTERM) is before)))
+'''
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize('cb_name', ['both', 'async'])
+def test_export_then_load_learner_elsewhere(tmp_path, cb_name):
+    "The exported learner loads in a fresh process, in another folder, with no checkpoint folder, and predicts the same"
+    import json
+    train = tmp_path/'train'
+    preds = run_ranks(export, n=2, args=(train, cb_name), timeout=280)[0]
+    there = tmp_path/'elsewhere'; there.mkdir()
+    shutil.copy(train/'export.pkl', there/'export.pkl'); shutil.rmtree(train)
+    out = subprocess.run([sys.executable, '-c', LOAD], cwd=there, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert 'CheckpointCallback' in res['cbs'] and res['live'] == [] and res['handler_same'], res
+    assert torch.allclose(torch.tensor(res['preds']), torch.tensor(preds)), 'the loaded learner predicts otherwise'
+    assert not (there/'checkpoints').exists()
