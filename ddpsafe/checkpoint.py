@@ -304,7 +304,7 @@ def _state(self:CheckpointCallback) -> dict:
 
 # %% ../nbs/08_checkpoint.ipynb #9de53321
 def _writers(weights:dict, opt_state, state:dict, rngs:list) -> dict:
-    "The files of a checkpoint, each with its writer"
+    "The files of a checkpoint, each with its writer"   # the weights stream to disk: no second copy in memory, one read-back for the checksum
     return {'model.safetensors': lambda p: st.save_file({k: v.contiguous() for k,v in weights.items()}, str(p)),
             'optimizer.pt': torch_writer(opt_state), 'state.pt': torch_writer(state), 'rng.pt': torch_writer(rngs)}
 
@@ -313,7 +313,7 @@ def _commit(self:CheckpointCallback, step:int, files:dict, meta:dict) -> Path:
     "Write the checkpoint, then rotate: rank 0 only, while this run still owns the folder"
     self.claim.check()
     ck = write_checkpoint(self.root, step, files, meta)
-    rotate(self.root, self.keep, best=self._best())
+    rotate(self.root, self.keep, best=self._best(), written=ck)   # `ck`'s checksums were taken as it was written
     return ck
 
 @patch

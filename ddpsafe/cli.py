@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys, time, json as jsonlib
 from pathlib import Path
 from fastcore.script import call_parse
+from .commit import temporaries
 from .manifest import *
 from .owner import read_owner, describe_owner
-from .preempt import REQUEUE_EXIT_CODE   # torch is imported by the manifest functions already: no extra cost
 
 # %% auto #0
 __all__ = ['leftovers', 'comp_name', 'checkpoint_rows', 'format_rows', 'owner_line', 'ddpsafe_ls', 'ddpsafe_verify', 'run_status',
@@ -28,9 +28,7 @@ def _human(n:float) -> str:
 
 def leftovers(root:Path|str) -> list:
     "Hidden folders of interrupted saves ('.step-*.tmp-*') and removals ('.step-*.old-*') in `root`, as (path, kind)"
-    root = Path(root)
-    if not root.is_dir(): return []
-    return [(p, 'removal' if '.old-' in p.name else 'save') for p in sorted(root.glob('.step-*')) if p.is_dir()]
+    return [(p, 'save' if k == 'tmp' else 'removal') for p, k in temporaries(root, final=checkpoint_step) if p.is_dir()]
 
 # %% ../nbs/09_cli.ipynb #e9374ba6
 def comp_name(m:dict) -> str:

@@ -6,15 +6,14 @@ Docs: https://ddpsafe.github.io/ddpsafe/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #e635047b
 from __future__ import annotations
-import os, re, time, pickle, threading, traceback
+import os, re, time, atexit, pickle, weakref, threading, traceback
 from datetime import timedelta
 import torch, torch.distributed as dist
 
 # %% auto #0
 __all__ = ['live', 'rank', 'world', 'is_main', 'coordinating', 'ddp_timeout', 'DistTimeout', 'start_heartbeat', 'stop_heartbeat',
-           'silent_ranks', 'peer_failure', 'bound_process_group', 'side_group', 'release_side_group',
-           'destroy_process_group', 'broadcast_bytes', 'RemoteTraceback', 'on_main', 'agree', 'any_rank', 'all_ranks',
-           'barrier']
+           'silent_ranks', 'peer_failure', 'bound_process_group', 'side_group', 'release_side_group', 'broadcast_bytes',
+           'RemoteTraceback', 'on_main', 'agree', 'any_rank', 'all_ranks', 'barrier']
 
 # %% ../nbs/00_core.ipynb #f89291bf
 def live() -> bool:
@@ -60,9 +59,16 @@ _beat = {}
 
 def _beat_key(r:int) -> str: return f'ddpsafe/heartbeat/{r}'
 
+def _end_beat(stop:threading.Event, thread:threading.Thread, every:float):
+    "Stop one heartbeat thread and wait for it"
+    stop.set()
+    if thread is not threading.current_thread(): thread.join(2*every + 1)
+    if _beat.get('thread') is thread: _beat.clear()
+
 def start_heartbeat(every:float=2.): # Seconds between two beats
-    "Write this rank's clock to the default group's store every `every` seconds, from a daemon thread, until `stop_heartbeat`"
-    if not coordinating() or _beat.get('pg') is dist.group.WORLD: return
+    "Beat this rank's clock into the store"
+    pg = dist.group.WORLD if coordinating() else None
+    if pg is None or (_beat and _beat['pg']() is pg): return
     stop_heartbeat()
     store = dist.distributed_c10d._get_default_store()
     try: writer, reader = store.clone(), store.clone()   # connections of our own: a blocked call of the user's can't hold them
@@ -75,14 +81,14 @@ def start_heartbeat(every:float=2.): # Seconds between two beats
             except Exception: return                     # the store is gone, and the group with it
             if stop.wait(every): return
     t = threading.Thread(target=beat, name='ddpsafe-heartbeat', daemon=True)
-    _beat.update(pg=dist.group.WORLD, stop=stop, thread=t, reader=reader, every=every)
+    # the beat ends with the group: torch's `destroy_process_group` frees it, whoever calls it
+    _beat.update(pg=weakref.ref(pg), thread=t, reader=reader, every=every, end=weakref.finalize(pg, _end_beat, stop, t, every))
+    _exit_hook()
     t.start()
 
 def stop_heartbeat():
-    "Stop this rank's heartbeat, if it beats"
-    if not _beat: return
-    _beat['stop'].set(); _beat['thread'].join(2*_beat['every'] + 1)
-    _beat.clear()
+    "Stop this rank's heartbeat"
+    if _beat: _beat['end']()
 
 # %% ../nbs/00_core.ipynb #b7e10a04
 def _within(f, secs:float):
@@ -97,8 +103,8 @@ def _within(f, secs:float):
     return box['out']
 
 def silent_ranks(window:float|None=None # Seconds a heartbeat must stand still; default 3 beats
-                ) -> dict|None:
-    "The other ranks whose heartbeat stood still for `window` seconds, with their silence in seconds; `None` if the store does not answer"
+                ) -> dict|None: # `None` when the store does not answer
+    "Other ranks whose heartbeat stood still: {rank: seconds}"
     if not _beat: return {}
     store, every = _beat['reader'], _beat['every']
     window = 3*every if window is None else window
@@ -120,7 +126,7 @@ def peer_failure(e:BaseException,         # What a collective raised
                  what:str='a collective', # What was waiting, for the message
                  src:int|None=None        # The rank expected to send, if one
                 ) -> BaseException:
-    "A `DistTimeout` naming the ranks that stopped answering when `e` says a peer could not be reached and one can be named, else `e`"
+    "`e`, or a `DistTimeout` naming the silent ranks"
     if isinstance(e, DistTimeout) or not isinstance(e, RuntimeError) or not _UNREACHABLE.search(str(e)): return e
     silent = silent_ranks()
     if silent is None:
@@ -135,7 +141,7 @@ def peer_failure(e:BaseException,         # What a collective raised
 
 # %% ../nbs/00_core.ipynb #b7e10a09
 def bound_process_group():
-    "Bound the default process group's collectives by `DDPSAFE_TIMEOUT`, when set, and start this rank's heartbeat"
+    "Bound the default group's waits; start the heartbeat"
     if not coordinating(): return
     if 'DDPSAFE_TIMEOUT' in os.environ: dist.distributed_c10d._set_pg_timeout(timedelta(seconds=ddp_timeout()))
     start_heartbeat()
@@ -144,33 +150,27 @@ def bound_process_group():
 _side = {}
 
 def side_group():
-    "A gloo group over every rank, for ddpsafe's own messages, created on first use (and the heartbeat started)"
-    pg = dist.group.WORLD
-    if _side.get('pg') is not pg:
-        _side.update(pg=pg, group=dist.new_group(backend='gloo', timeout=timedelta(seconds=ddp_timeout())))
-        start_heartbeat()
-    return _side['group']
+    "ddpsafe's gloo group beside the default one"
+    pg, g = dist.group.WORLD, _side['group']() if _side else None
+    if g is None or _side['pg']() is not pg:
+        g = dist.new_group(backend='gloo', timeout=timedelta(seconds=ddp_timeout()))
+        _side.update(pg=weakref.ref(pg), group=weakref.ref(g))
+        start_heartbeat(); _exit_hook()
+    return g
 
 # %% ../nbs/00_core.ipynb #1004ed0c
-import atexit
-_stock_destroy = getattr(dist.destroy_process_group, '_ddpsafe_stock', dist.destroy_process_group)
-
 def release_side_group():
-    "Destroy ddpsafe's side group, if there is one, and stop the heartbeat"
+    "Destroy the side group; stop the heartbeat"
     stop_heartbeat()
-    g = _side.pop('group', None); _side.pop('pg', None)
+    g = _side['group']() if _side else None
+    _side.clear()
     if g is not None and live():
-        try: _stock_destroy(g)
-        except Exception: pass
+        try: dist.destroy_process_group(g)
+        except Exception: pass                           # torch destroyed it already
 
-def destroy_process_group(group=None):
-    "`torch.distributed.destroy_process_group`, destroying ddpsafe's side group with the default group"
-    if group is None or group is dist.group.WORLD: release_side_group()
-    return _stock_destroy(group)
-
-destroy_process_group._ddpsafe_stock = _stock_destroy
-dist.destroy_process_group = destroy_process_group
-atexit.register(release_side_group)
+def _exit_hook():
+    "Release the side group at exit (registered once)"
+    atexit.unregister(release_side_group); atexit.register(release_side_group)
 
 # %% ../nbs/00_core.ipynb #1fc93b51
 def broadcast_bytes(data:bytes|None, # The payload on rank `src`; ignored elsewhere

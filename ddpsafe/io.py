@@ -6,70 +6,41 @@ Docs: https://ddpsafe.github.io/ddpsafe/io.html.md"""
 
 # %% ../nbs/02_io.ipynb #14577651
 from __future__ import annotations
-import os, io, re, errno, shutil, uuid, contextlib
+import os, io, errno, shutil
 from pathlib import Path
 import torch, xxhash
 import safetensors.torch as st
 from .core import *
 from .core import _portable
+from .commit import fsync_path, errno_of, commit_file, FileWriter
+_all_ = ['fsync_path', 'errno_of', 'commit_file', 'FileWriter']
 
 # %% auto #0
-__all__ = ['fsync_path', 'errno_of', 'commit_file', 'torch_writer', 'writer_for', 'atomic_save', 'atomic_write',
-           'CorruptFileError', 'UnsafePickleError', 'fingerprint', 'collective_read', 'safe_load', 'prepare_dir']
-
-# %% ../nbs/02_io.ipynb #046c09d7
-def fsync_path(path:Path|str):
-    "Flush the file or folder at `path` to disk"
-    fd = os.open(path, os.O_RDONLY)
-    try: os.fsync(fd)
-    finally: os.close(fd)
-
-# %% ../nbs/02_io.ipynb #3abcb788
-def errno_of(e:BaseException) -> int|None:
-    "The OS error number behind `e`: an `OSError` in its chain, or one named in its message"
-    while e is not None:
-        if isinstance(e, OSError) and e.errno: return e.errno
-        if m := re.search(r'os error (\d+)', str(e)): return int(m.group(1))
-        e = e.__cause__ or e.__context__
-    return None
-
-# %% ../nbs/02_io.ipynb #923369b6
-def commit_file(path:Path|str, # Where the file goes
-                write          # Called with a temporary path in the same folder; writes the content there
-               ) -> Path:
-    "Write `path` atomically from this process: `write(tmp)`, fsync, rename over `path`, fsync the folder"
-    path = Path(path)
-    tmp = path.with_name(f'.{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}')
-    try:
-        write(tmp)
-        fsync_path(tmp)
-        os.replace(tmp, path)
-    except BaseException as e:
-        with contextlib.suppress(OSError): tmp.unlink(missing_ok=True)   # a read-only disk refuses even this
-        if (code := errno_of(e)) is None: raise
-        raise OSError(code, f'could not write {path}: {os.strerror(code)}; the file that was there, if any, is unchanged') from e
-    fsync_path(path.parent)
-    return path
+__all__ = ['safetensors_writer', 'torch_writer', 'writer_for', 'atomic_save', 'atomic_write', 'CorruptFileError',
+           'UnsafePickleError', 'fingerprint', 'collective_read', 'safe_load', 'prepare_dir', 'fsync_path', 'errno_of',
+           'commit_file', 'FileWriter']
 
 # %% ../nbs/02_io.ipynb #e6fb9891
 def _safetensors_writer(obj):
-    "A writer of `obj`, a module or a dict of tensors, as safetensors"
+    "A writer of `obj`, a module or a dict of tensors, as safetensors, streamed to the path it gets"
     if isinstance(obj, torch.nn.Module): return lambda p: st.save_model(obj, str(p))
     tensors = {k: v.detach().contiguous() for k,v in obj.items()}
     return lambda p: st.save_file(tensors, str(p))
 
-def torch_writer(obj, **torch_save_kwargs):
-    "A writer of `obj` with `torch.save`, through a Python file so that a full disk keeps its error number"
-    def write(p):
-        with open(p, 'wb') as f: torch.save(obj, f, **torch_save_kwargs)
-    return write
+def safetensors_writer(tensors:dict) -> FileWriter:
+    "A `FileWriter` of a dict of tensors as safetensors: the bytes are written and hashed in one pass"
+    return FileWriter(lambda f: f.write(st.save({k: v.detach().contiguous() for k,v in tensors.items()})))
+
+def torch_writer(obj, **torch_save_kwargs) -> FileWriter:
+    "A `FileWriter` of `obj` with `torch.save`, through a Python file so that a full disk keeps its error number"
+    return FileWriter(lambda f: torch.save(obj, f, **torch_save_kwargs))
 
 def writer_for(obj,            # What to save
                path:Path,      # Where: the suffix picks the format
                **torch_save_kwargs):
-    "A function that writes `obj` to a temporary path in the format `path`'s suffix asks for"
+    "A writer of `obj` in the format `path`'s suffix asks for, called with a temporary path"
     if Path(path).suffix == '.safetensors': return _safetensors_writer(obj)
-    if isinstance(obj, (bytes, bytearray)): return lambda p: Path(p).write_bytes(obj)
+    if isinstance(obj, (bytes, bytearray)): return FileWriter(lambda f: f.write(obj))
     return torch_writer(obj, **torch_save_kwargs)
 
 # %% ../nbs/02_io.ipynb #222c6c63

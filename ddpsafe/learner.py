@@ -56,13 +56,13 @@ def when_imported(name:str, f):
 
 # %% ../nbs/03_learner.ipynb #ac9cdf3b
 def _init_from_env():
-    "Start the default process group from the launcher's variables: NCCL on this rank's GPU when there is one, else gloo"
+    "Start the default group from the launcher's variables"
     cuda = torch.cuda.is_available()
     if cuda: torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', rank())) % torch.cuda.device_count())
     dist.init_process_group('nccl' if cuda else 'gloo', init_method='env://', timeout=timedelta(seconds=ddp_timeout()))
 
 def patch_distributed():
-    "Make fastai's DDP train on CPU with gloo, its waits bounded by `DDPSAFE_TIMEOUT`, a rank that stops answering named"
+    "Patch fastai's DDP for CPU and bounded waits"
     import fastai.distributed as fd
 
     @patch_to(fd.DistributedDL)
@@ -89,7 +89,7 @@ def patch_distributed():
                     sync_bn=True,       # Whether to replace all batch norm with `nn.SyncBatchNorm`
                     in_notebook=False,  # Start the process group from the launcher's variables, and tear it down after
                     **kwargs):
-        "fastai's `distrib_ctx`, on CPU too; a rank that stops answering is named in a `DistTimeout`"
+        "fastai's `distrib_ctx`, on CPU too"
         cleanup = False
         try:
             if in_notebook:
@@ -103,7 +103,7 @@ def patch_distributed():
             raise err from e
         finally:
             self.detach_distributed()
-            if cleanup: fd.teardown_distrib()
+            if cleanup: release_side_group(); fd.teardown_distrib()
 
 when_imported('fastai.distributed', patch_distributed)
 

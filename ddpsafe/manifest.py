@@ -1,4 +1,4 @@
-"""The commit protocol for a checkpoint of several files: written under a temporary name, a manifest of sizes and checksums written last, renamed into place. A folder without a valid manifest is never loaded.
+"""The commit protocol for a checkpoint of several files: written into a temporary folder, each file hashed as it is written, a manifest of sizes and checksums written last, the folder renamed into place. A folder without a valid manifest is never loaded. No torch here: the command-line tools read checkpoints with this module alone.
 
 Docs: https://ddpsafe.github.io/ddpsafe/manifest.html.md"""
 
@@ -6,15 +6,15 @@ Docs: https://ddpsafe.github.io/ddpsafe/manifest.html.md"""
 
 # %% ../nbs/05_manifest.ipynb #e4996c0b
 from __future__ import annotations
-import os, re, json, time, uuid, errno, shutil
+import re, json, time, errno
 from pathlib import Path
-import xxhash
-from .io import commit_file, fsync_path, errno_of
+from .commit import committing, write_file, file_digest, discard, temporaries, clean_temporaries
+_all_ = ['file_digest']
 
 # %% auto #0
-__all__ = ['FORMAT', 'MANIFEST', 'checkpoint_name', 'checkpoint_step', 'file_digest', 'write_checkpoint', 'CorruptCheckpoint',
-           'read_manifest', 'check_checkpoint', 'checkpoint_status', 'checkpoints', 'newest_complete', 'rotate',
-           'clean_incomplete']
+__all__ = ['FORMAT', 'MANIFEST', 'REQUEUE_EXIT_CODE', 'checkpoint_name', 'checkpoint_step', 'write_checkpoint',
+           'CorruptCheckpoint', 'read_manifest', 'check_checkpoint', 'checkpoint_status', 'checkpoints',
+           'newest_complete', 'rotate', 'clean_incomplete', 'file_digest']
 
 # %% ../nbs/05_manifest.ipynb #b91605d8
 FORMAT = 'ddpsafe-checkpoint/1'
@@ -29,54 +29,20 @@ def checkpoint_step(path:Path|str) -> int|None:
     m = re.fullmatch(r'step-(\d{8,})', Path(path).name)
     return int(m.group(1)) if m else None
 
-# %% ../nbs/05_manifest.ipynb #fd018eb5
-def file_digest(path:Path|str, chunk:int=1<<24) -> str:
-    "The xxh3-64 checksum of the file at `path`, as hex"
-    h = xxhash.xxh3_64()
-    with open(path, 'rb') as f:
-        while b := f.read(chunk): h.update(b)
-    return h.hexdigest()
-
-# %% ../nbs/05_manifest.ipynb #7e8f179a
-def _write_files(folder:Path, files:dict) -> dict:
-    "Write each of `files` (name -> writer) into `folder`, fsynced; their sizes and checksums"
-    entries = {}
-    for name, write in files.items():
-        write(folder/name)
-        fsync_path(folder/name)
-        entries[name] = dict(size=(folder/name).stat().st_size, xxh3=file_digest(folder/name))
-    return entries
-
 # %% ../nbs/05_manifest.ipynb #547aa136
 def write_checkpoint(root:Path|str,  # The checkpoints folder
                      step:int,       # Optimizer steps done: the checkpoint's name
-                     files:dict,     # File name -> writer, a function that writes that file at the path it gets
+                     files:dict,     # File name -> writer: bytes, a `FileWriter`, or a function that writes the file at the path it gets
                      meta:dict|None=None # Anything JSON can hold, stored in the manifest (epoch, metric...)
                     ) -> Path:
     "Write a checkpoint folder that is complete or invisible: files, then the manifest, then a rename"
     root = Path(root); root.mkdir(parents=True, exist_ok=True)
     final = root/checkpoint_name(step)
-    tmp = root/f'.{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}'
-    tmp.mkdir()
-    try:
-        manifest = dict(format=FORMAT, step=step, time=time.time(), **(meta or {}), files=_write_files(tmp, files))
-        commit_file(tmp/MANIFEST, lambda p: p.write_text(json.dumps(manifest, indent=1)))
-        fsync_path(tmp)
-        if final.exists(): _replace_aside(final)
-        os.replace(tmp, final)
-    except BaseException as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if (code := errno_of(e)) is None: raise
-        raise OSError(code, f'could not write checkpoint {final}: {os.strerror(code)}; earlier checkpoints are unchanged') from e
-    fsync_path(root)
+    with committing(final, folder=True, what=f'checkpoint {final}', kept='earlier checkpoints are unchanged') as tmp:
+        entries = {name: write_file(tmp/name, write) for name, write in files.items()}
+        manifest = dict(format=FORMAT, step=step, time=time.time(), **(meta or {}), files=entries)
+        write_file(tmp/MANIFEST, json.dumps(manifest, indent=1).encode(), digest=False)
     return final
-
-# %% ../nbs/05_manifest.ipynb #5db3e2a5
-def _replace_aside(folder:Path):
-    "Rename `folder` to a hidden name and remove it"
-    aside = folder.with_name(f'.{folder.name}.old-{uuid.uuid4().hex[:8]}')
-    os.replace(folder, aside)
-    shutil.rmtree(aside, ignore_errors=True)
 
 # %% ../nbs/05_manifest.ipynb #d8c17c3f
 class CorruptCheckpoint(ValueError):
@@ -124,29 +90,35 @@ def checkpoints(root:Path|str) -> list:
     return sorted((p for p in root.iterdir() if p.is_dir() and checkpoint_step(p) is not None), key=checkpoint_step)
 
 # %% ../nbs/05_manifest.ipynb #07ca1e21
-def newest_complete(root:Path|str, checksums:bool=True, skipped:list|None=None) -> Path|None:
+def newest_complete(root:Path|str,
+                    checksums:bool=True,     # Compare checksums (reads every file)? Else sizes only
+                    skipped:list|None=None,  # Newer folders that are not complete are appended here, with why
+                    written:Path|str|None=None # A checkpoint this process just wrote: hashed as written, so only sizes are checked
+                   ) -> Path|None:
     "The newest complete checkpoint in `root`; newer folders that are not complete are appended to `skipped` with why"
+    written = None if written is None else Path(written)
     for p in reversed(checkpoints(root)):
-        if not (problems := check_checkpoint(p, checksums)): return p
+        if not (problems := check_checkpoint(p, checksums and p != written)): return p
         if skipped is not None: skipped.append((p, problems))
     return None
 
 # %% ../nbs/05_manifest.ipynb #5f2fe951
 def rotate(root:Path|str,   # The checkpoints folder
            keep:int,        # How many of the newest complete checkpoints to keep
-           best:Path|str|None=None # A checkpoint to keep whatever its age
+           best:Path|str|None=None,    # A checkpoint to keep whatever its age
+           written:Path|str|None=None  # The checkpoint this process just wrote: its files are not read again
           ) -> list:
     "Delete complete checkpoints older than the newest `keep` up to the one resume would load, except `best`; the deleted folders"
-    newest = newest_complete(root)
+    newest = newest_complete(root, written=written)
     if newest is None: return []
     upto = [p for p in checkpoints(root) if checkpoint_step(p) <= checkpoint_step(newest) and checkpoint_status(p, checksums=False) == 'complete']
     old = [p for p in upto[:max(len(upto)-keep, 0)] if best is None or p != Path(best)]
-    for p in old: _replace_aside(p)
+    for p in old: discard(p)
     return old
 
 def clean_incomplete(root:Path|str) -> list:
-    "Remove the temporary folders of saves that never finished; the removed folders"
-    root = Path(root)
-    stale = [p for p in root.glob('.step-*') if p.is_dir()] if root.is_dir() else []
-    for p in stale: shutil.rmtree(p, ignore_errors=True)
-    return stale
+    "Remove the leftovers of saves and removals of checkpoints that never finished; the removed folders"
+    return clean_temporaries(root, final=checkpoint_step)
+
+# %% ../nbs/05_manifest.ipynb #457743b5
+REQUEUE_EXIT_CODE = 75

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os, sys, json, time, uuid, errno, socket, atexit, threading
 from pathlib import Path
 from fastcore.basics import patch
+from .commit import temp_path, fsync_path, commit_file
 
 # %% auto #0
 __all__ = ['OWNER', 'job_id', 'pid_alive', 'FolderInUse', 'describe_owner', 'read_owner', 'takeover_reason', 'FolderClaim',
@@ -129,17 +130,16 @@ def takeover_reason(rec:dict,               # An owner record, as `read_owner` g
 _claims, _claims_lock = {}, threading.Lock()
 
 def _fsync_dir(d:Path):
-    try:
-        fd = os.open(d, os.O_RDONLY)
-        try: os.fsync(fd)
-        finally: os.close(fd)
+    try: fsync_path(d)
     except OSError: pass     # some filesystems refuse to fsync a folder; the rename is still atomic
 
+def _json(rec:dict) -> bytes: return json.dumps({k: v for k, v in rec.items() if k != '_raw'}, indent=1).encode()
+
 def _write_tmp(d:Path, rec:dict) -> Path:
-    "`rec` as JSON in a new hidden file of `d`, fsynced"
-    tmp = d/f'.{OWNER}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}'
-    with open(tmp, 'w') as f:
-        json.dump({k: v for k, v in rec.items() if k != '_raw'}, f, indent=1); f.flush(); os.fsync(f.fileno())
+    "`rec` as JSON in a new temporary file beside the record (the commit protocol's name), fsynced"
+    tmp = temp_path(d/OWNER)
+    try: tmp.write_bytes(_json(rec)); fsync_path(tmp)
+    except BaseException: tmp.unlink(missing_ok=True); raise
     return tmp
 
 def _create(d:Path, rec:dict) -> bool:
@@ -160,7 +160,7 @@ def _create(d:Path, rec:dict) -> bool:
 
 def _move_aside(d:Path, rec:dict) -> bool:
     "Remove the record `rec` that was judged replaceable; False (record put back) when it changed since it was read"
-    aside = d/f'.{OWNER}.stale-{uuid.uuid4().hex[:8]}'
+    aside = temp_path(d/OWNER, 'old')
     try: os.rename(d/OWNER, aside)
     except FileNotFoundError: return False       # another run moved it first, or its owner released it
     try:
@@ -196,7 +196,7 @@ def _beat(self:FolderClaim):
                 rec = read_owner(self.root)
             if rec is not None and rec.get('token') != self.token: self.lost = rec; return
             self.record['beat'] = time.time()
-            tmp = _write_tmp(self.root, self.record); os.replace(tmp, self.root/OWNER)
+            commit_file(self.root/OWNER, _json(self.record))
         except Exception as e: self.error = e                 # an NFS hiccup or a full disk: try again at the next beat
 
 @patch

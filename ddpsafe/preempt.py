@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/preempt.html.md"""
 
 # %% ../nbs/06_preempt.ipynb #5182030b
 from __future__ import annotations
-import os, signal, threading
+import os, signal, threading, warnings
 from contextlib import contextmanager
 from pathlib import Path
 import torch, torch.distributed as dist
@@ -14,10 +14,11 @@ from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 from .core import *
 
 # %% auto #0
-__all__ = ['REQUEUE_EXIT_CODE', 'StopRequests', 'stop_signals', 'signals_blocked']
+__all__ = ['StopRequests', 'stop_signals', 'signals_blocked', 'REQUEUE_EXIT_CODE']
 
 # %% ../nbs/06_preempt.ipynb #d35fd14c
-REQUEUE_EXIT_CODE = 75
+from .manifest import REQUEUE_EXIT_CODE   # 75: sysexits' EX_TEMPFAIL, 'try again'; defined with the checkpoint format, which `ddpsafe-status` reads
+_all_ = ['REQUEUE_EXIT_CODE']
 
 # %% ../nbs/06_preempt.ipynb #d28cbed6
 class StopRequests:
@@ -28,7 +29,7 @@ class StopRequests:
                  save_switch:str|None='save-now',  # A file of this name in `folder`: save, go on
                  stop_switch:str|None='stop-now'): # A file of this name in `folder`: save and stop
         self.signals,self.folder,self.save_switch,self.stop_switch = tuple(signals or ()),folder,save_switch,stop_switch
-        self.signalled,self._previous,self._pending = None,{},None
+        self.signalled,self._previous,self._pending,self._stuck = None,{},None,set()
 
 # %% ../nbs/06_preempt.ipynb #4da06abb
 from fastcore.basics import patch
@@ -62,8 +63,14 @@ def _switches(self:StopRequests) -> tuple:
     if not is_main() or self.folder is None: return False, False
     def take(name):
         if not name: return False
-        try: (Path(self.folder)/name).unlink(); return True
+        p = Path(self.folder)/name
+        try: p.unlink(); return True
         except FileNotFoundError: return False
+        except OSError as e:            # there, but it cannot be removed (a read-only folder): acted on once
+            if p in self._stuck: return False
+            self._stuck.add(p)
+            warnings.warn(f'ddpsafe: {p}: cannot remove this switch file ({e.strerror}); it is acted on once')
+            return True
     return take(self.save_switch), take(self.stop_switch)
 
 # %% ../nbs/06_preempt.ipynb #6869bfb0

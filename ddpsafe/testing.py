@@ -13,8 +13,8 @@ import torch, torch.distributed as dist
 from .core import _portable
 
 # %% auto #0
-__all__ = ['RanksFailed', 'free_port', 'rank_env', 'run_ranks', 'RankProcs', 'launch_ranks', 'run_script', 'synth_dls',
-           'synth_learner']
+__all__ = ['RanksFailed', 'free_port', 'rank_env', 'WaitTimeout', 'wait_until', 'run_ranks', 'RankProcs', 'launch_ranks',
+           'run_script', 'synth_dls', 'synth_learner']
 
 # %% ../nbs/01_testing.ipynb #aa8189b8
 class RanksFailed(RuntimeError):
@@ -49,6 +49,28 @@ def _report(head:str, outputs:list, ranks:list) -> str:
     parts = [head] + [f'--- rank {r} printed:\n{outputs[r] or "(nothing)"}' for r in ranks]
     return '\n'.join(parts)
 
+# %% ../nbs/01_testing.ipynb #f0a11e02
+class WaitTimeout(TimeoutError):
+    "A `wait_until` that ran out of time"
+    def __init__(self, msg:str, rank:int|None=None):
+        super().__init__(msg)
+        self.rank = rank
+    def __reduce__(self): return (type(self), (str(self), self.rank))
+
+def wait_until(cond,               # Called until it returns something truthy
+               timeout:float,      # Seconds before giving up
+               message,            # What is awaited ("STEP 3 in its output"), or a function making it at the timeout
+               rank:int|None=None, # The rank awaited, named in the error
+               every:float=0.05):  # Seconds between two calls
+    "`cond()`'s first truthy result, or `WaitTimeout`"
+    deadline = time.monotonic() + timeout
+    while not (res := cond()):
+        if time.monotonic() >= deadline:
+            msg = message() if callable(message) else message
+            raise WaitTimeout(f'waited {timeout:g}s for ' + (f'rank {rank}: ' if rank is not None else '') + msg, rank)
+        time.sleep(every)
+    return res
+
 # %% ../nbs/01_testing.ipynb #0a402307
 def _rank_main(f, args, kwargs, r, n, tmp, env, init):
     "The body of one forked rank: run `f`, write the outcome to `tmp/rank{r}.result`"
@@ -71,12 +93,13 @@ def _rank_main(f, args, kwargs, r, n, tmp, env, init):
 
 # %% ../nbs/01_testing.ipynb #03660a2f
 def _wait_all(procs:list, timeout:float, grace:float, failed) -> list:
-    "Wait for `procs` up to `timeout`; once `failed()` is true, only `grace` more seconds. The ranks still running"
-    deadline = time.monotonic() + timeout
-    while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
-        if failed(): deadline = min(deadline, time.monotonic() + grace)
-        time.sleep(0.05)
-    return [r for r,p in enumerate(procs) if p.is_alive()]
+    "Wait for `procs`; `grace` seconds once `failed()`; the ranks still running"
+    running, t0 = lambda: [r for r,p in enumerate(procs) if p.is_alive()], time.monotonic()
+    try:
+        wait_until(lambda: not running() or failed(), timeout, 'every rank to finish')
+        wait_until(lambda: not running(), min(grace, t0 + timeout - time.monotonic()), 'the other ranks, after one failed')
+    except WaitTimeout: pass
+    return running()
 
 # %% ../nbs/01_testing.ipynb #4ac3390a
 def _preimport():
@@ -152,10 +175,11 @@ class RankProcs:
 from fastcore.basics import patch
 @patch
 def wait(self:RankProcs, timeout:float=120) -> list:
-    "Every rank's exit code; `RanksFailed` naming the ranks still running after `timeout` seconds"
-    deadline = time.monotonic() + timeout
-    while any(p.poll() is None for p in self.procs) and time.monotonic() < deadline: time.sleep(0.05)
-    missing = [r for r,p in enumerate(self.procs) if p.poll() is None]
+    "Every rank's exit code, or `RanksFailed` on a hang"
+    running = lambda: [r for r,p in enumerate(self.procs) if p.poll() is None]
+    try: wait_until(lambda: not running(), timeout, 'every rank to exit')
+    except WaitTimeout: pass
+    missing = running()
     self.kill()
     for f in self.logs: f.close()
     if missing:

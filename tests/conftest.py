@@ -1,50 +1,90 @@
-"""Shared helpers for the race suite: how many attempts to run, and how to report the counts.
+"""Shared by the test files: the slow switch, attempt counts, race reports, and small tmpfs mounts.
 
-`DDPSAFE_FULL=1` switches every race from its short count to its full count (50 by default).
+Tests marked `@pytest.mark.slow` are the long stress runs (full attempt counts, 4 ranks on 2 cores, more stop
+points); they are skipped unless `DDPSAFE_FULL=1` is set or `-m` selects them. Every other test runs by default, with
+its short count:
+
+    bash tools/test.sh                              # the default: short counts (what CI runs)
+    DDPSAFE_FULL=1 bash tools/test.sh               # also every test marked slow (CI: DDPSAFE_FULL=1 bash .ci/run)
+    python -m pytest tests -m slow                  # only the slow ones
+
 `DDPSAFE_RACE_REPORT=path` appends one JSON line per race to `path`."""
 from __future__ import annotations
-import os, sys, json, time, importlib.util
+import os, sys, json, time, shutil, tempfile, subprocess, importlib.util
 from pathlib import Path
 import pytest
 
 def full_run() -> bool:
-    "Is this a full run (`DDPSAFE_FULL=1`)?"
+    "Is `DDPSAFE_FULL` set?"
     return os.environ.get('DDPSAFE_FULL', '').strip().lower() not in ('', '0', 'false', 'no')
 
+def pytest_collection_modifyitems(config, items):
+    "Skip the tests marked slow, unless `DDPSAFE_FULL=1` or `-m` selects them"
+    if full_run() or 'slow' in (config.getoption('markexpr') or ''): return
+    skip = pytest.mark.skip(reason='slow stress run: DDPSAFE_FULL=1 (or -m slow) runs it')
+    for item in items:
+        if item.get_closest_marker('slow'): item.add_marker(skip)
+
+def counts(short:int,                # Attempts run by default
+           full:int=50,              # Attempts of the slow run
+           timeout:float|None=None,  # `pytest.mark.timeout` of the slow run, if it needs its own
+           name:str='n') -> list:    # How the test ids name the count
+    "Two `parametrize` values: `short`, and `full` marked slow"
+    marks = [pytest.mark.slow] + ([pytest.mark.timeout(timeout)] if timeout else [])
+    return [pytest.param(short, id=f'{name}{short}'), pytest.param(full, marks=marks, id=f'{name}{full}')]
+
 def train_ckpt():
-    "tests/scripts/train_ckpt.py as a module: one copy per session, so the test files share its cache of baselines"
+    "tests/scripts/train_ckpt.py as a module, one per session"
     name = 'ddpsafe_train_ckpt'
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, Path(__file__).parent/'scripts'/'train_ckpt.py')
         m = importlib.util.module_from_spec(spec); sys.modules[name] = m; spec.loader.exec_module(m)
     return sys.modules[name]
 
-def attempts(short:int, full:int=50) -> int:
-    "`full` attempts when `DDPSAFE_FULL=1`, else `short`"
-    return full if full_run() else short
+def tally(outcomes:list) -> dict:
+    "How many of each failure in `outcomes`"
+    res = {}
+    for o in outcomes:
+        if o is not None: res[str(o)] = res.get(str(o), 0) + 1
+    return res
 
-def report_race(race:str, unguarded_failures:int, unguarded_attempts:int, ddpsafe_failures:int, ddpsafe_attempts:int,
+def report_race(race:str,        # What races, in a few words
+                unguarded:list,  # One outcome per attempt of the unguarded pattern: `None` if it went right, else what went wrong
+                guarded:list,    # The same for ddpsafe's pattern
                 **details) -> dict:
-    "Print the counts of one race and append them as a JSON line to `$DDPSAFE_RACE_REPORT`, if set"
-    rec = dict(race=race, attempts=ddpsafe_attempts, unguarded_attempts=unguarded_attempts,
-               unguarded_failures=unguarded_failures, ddpsafe_attempts=ddpsafe_attempts,
-               ddpsafe_failures=ddpsafe_failures, full=full_run(), **details)
-    print(f'\n[race] {race}: unguarded failed {unguarded_failures}/{unguarded_attempts}, '
-          f'ddpsafe failed {ddpsafe_failures}/{ddpsafe_attempts}'
-          + ''.join(f'; {k}={v}' for k,v in details.items()))
+    "Print a race's measured counts; append them to `$DDPSAFE_RACE_REPORT`"
+    u, g = sum(o is not None for o in unguarded), sum(o is not None for o in guarded)
+    rec = dict(race=race, unguarded_attempts=len(unguarded), unguarded_failures=u, unguarded_kinds=tally(unguarded),
+               ddpsafe_attempts=len(guarded), ddpsafe_failures=g, ddpsafe_kinds=tally(guarded), full=full_run(), **details)
+    print(f'\n[race] {race}: unguarded failed {u}/{len(unguarded)} {tally(unguarded)}, ddpsafe failed {g}/{len(guarded)}'
+          + (f' {tally(guarded)}' if g else '') + ''.join(f'; {k}={v}' for k,v in details.items()))
     if dest := os.environ.get('DDPSAFE_RACE_REPORT'):
         with open(dest, 'a') as f: f.write(json.dumps(rec, default=str) + '\n')
     return rec
 
-@pytest.fixture(name='attempts')
-def attempts_fixture():
-    "The `attempts(short, full=50)` function"
-    return attempts
-
 @pytest.fixture(name='report_race')
 def report_race_fixture():
-    "The `report_race(...)` function"
+    "The `report_race` function"
     return report_race
+
+@pytest.fixture
+def tmpfs():
+    "`tmpfs(size)`: a new tmpfs of `size` (`'16m'`), unmounted after the test"
+    mounted = []
+    def mount(size:str='16m') -> Path:
+        d = Path(tempfile.mkdtemp(prefix='ddpsafe-tmpfs-'))
+        r = subprocess.run(['mount', '-t', 'tmpfs', '-o', f'size={size}', 'tmpfs', str(d)], capture_output=True, text=True)
+        if r.returncode:
+            d.rmdir()
+            pytest.fail(f'could not mount a {size} tmpfs at {d} ({r.stderr.strip() or f"mount exited {r.returncode}"}): this test '
+                        'needs a real small filesystem (a full disk, a read-only remount); run it as root or with CAP_SYS_ADMIN',
+                        pytrace=False)
+        mounted.append(d)
+        return d
+    yield mount
+    for d in mounted:
+        subprocess.run(['umount', '-l', str(d)], capture_output=True)
+        shutil.rmtree(d, ignore_errors=True)
 
 @pytest.fixture
 def stopwatch():

@@ -5,7 +5,7 @@ Every run here is `tests/scripts/train_ckpt.py` started on N ranks as `torchrun`
 with a harness timeout that turns a hang into `RanksFailed`, and `pytest.mark.timeout` as a backstop.
 
     python -m pytest tests/test_checkpoint.py -s                  # short: the stop points listed below (~2 min idle)
-    DDPSAFE_FULL=1 python -m pytest tests/test_checkpoint.py -s   # full: more stop points
+    DDPSAFE_FULL=1 python -m pytest tests/test_checkpoint.py -s   # also the tests marked slow: more stop points, 4 ranks
 
 The synthetic run: 48 training items, batch size 8, 2 ranks -> 3 optimizer steps per epoch per rank; 4 epochs -> 12 steps.
 A stop requested after step g (switch file created, or a signal raised, in step g's `after_batch`) is agreed one
@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 from ddpsafe.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint, read_manifest, checkpoint_name, MANIFEST
 
-from conftest import train_ckpt, full_run
+from conftest import train_ckpt
 tc = train_ckpt()
-FULL = full_run()
 BIN = Path(sys.executable).parent
 N_EPOCH, STEPS = 4, 12          # one_cycle / fit: 4 epochs of 3 steps; fine_tune(3, freeze_epochs=1): 3 + 9 steps
 
@@ -68,8 +67,8 @@ FULL_CHAINS = [('one_cycle', [('kill', 1, 1), ('touch', 4), ('kill', 0, 8), ('to
                ('one_cycle', [('kill', 1, 3), ('kill', 0, 10)]),                                # 4, 11
                ('fit', [('touch', 1), ('kill', 1, 5), ('kill', 0, 9)])]                         # 2, 6, 10
 
-@pytest.mark.timeout(1200 if FULL else 420)
-@pytest.mark.parametrize('fit,stops', SHORT_CHAINS + (FULL_CHAINS if FULL else []),
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize('fit,stops', SHORT_CHAINS + [pytest.param(*c, marks=[pytest.mark.slow, pytest.mark.timeout(900)]) for c in FULL_CHAINS],
                          ids=lambda o: o if isinstance(o, str) else 'stops-' + '-'.join(str(s[-1]+1) for s in o))
 def test_resume_bit_identical(folder, fit, stops):
     whole = tc.baseline(N_EPOCH, '--fit', fit)
@@ -159,7 +158,7 @@ def test_checkpoint_without_manifest(folder):
 # A checkpoint from another world size or another model: a clear error on every rank
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize('n', [1, 4] if FULL else [1])            # 4 ranks on 2 cores: full runs only
+@pytest.mark.parametrize('n', [1, pytest.param(4, marks=pytest.mark.slow)])   # 4 ranks on 2 cores: slow
 def test_other_world_size(folder, n):
     tc.baseline(N_EPOCH, '--fit', 'one_cycle')
     shutil.copytree(tc.baseline_run(N_EPOCH, '--fit', 'one_cycle')['path']/'checkpoints', folder/'checkpoints')
@@ -208,18 +207,9 @@ def test_keep(folder):
 # ---------------------------------------------------------------------------------------------------------------
 # A full disk during a save: raised on every rank within seconds, the previous checkpoint intact, no temporary folder
 
-@pytest.fixture
-def small_disk():
-    "A 10 MB tmpfs, mounted for the test (skipped, saying why, if this process may not mount)"
-    d = Path(tempfile.mkdtemp(prefix='ddpsafe-fulldisk-'))
-    p = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=10m', 'tmpfs', str(d)], capture_output=True, text=True)
-    if p.returncode:
-        d.rmdir(); pytest.skip(f'cannot mount a small tmpfs here ({p.stderr.strip()}): the full-disk test needs root / CAP_SYS_ADMIN')
-    yield d
-    subprocess.run(['umount', '-l', str(d)]); shutil.rmtree(d, ignore_errors=True)
-
 @pytest.mark.timeout(300)
-def test_full_disk(small_disk):
+def test_full_disk(tmpfs):
+    small_disk = tmpfs('10m')
     # an MLP of ~2 MB: a checkpoint is ~6 MB (weights + Adam's two moments), so step 1's fits in 10 MB and step 2's does not
     codes, outs, res = tc.run(small_disk, N_EPOCH, '--model-mb', '2', '--every-steps', '1', '--keep', '1')
     assert codes == [1, 1], f'exit codes {codes}\n' + fail_msg(outs)

@@ -173,3 +173,9 @@ def test_ls_twenty_checkpoints_timing(tmp_path):
     imp = min(imps)
     print(f'\n[ddpsafe-ls] 20 checkpoints of 1 MB: {min(times):.2f} s best of 3 ({", ".join(f"{x:.2f}" for x in times)}); '
           f'of which importing ddpsafe.cli: {imp:.2f} s')
+
+def test_requeue_code_shared_with_preempt():
+    "`ddpsafe-status` answers 75 from the manifest module (no torch); the training side exits with the same constant"
+    from ddpsafe.manifest import REQUEUE_EXIT_CODE
+    from ddpsafe.preempt import REQUEUE_EXIT_CODE as from_preempt
+    assert REQUEUE_EXIT_CODE == from_preempt == 75

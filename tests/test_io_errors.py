@@ -1,7 +1,8 @@
 """Bad input and failed writes, on two real ranks: every rank gets the same clear error, nothing saved is lost.
 
 A full disk is a real tmpfs of a few hundred kilobytes and a write refused by the system is the same tmpfs remounted
-read-only (root ignores permission bits, so `chmod` can't stand for it here); both need root, which CI has."""
+read-only (root ignores permission bits, so `chmod` can't stand for it here); both need root, which CI has (the
+`tmpfs` fixture of conftest.py fails, saying why, where mounting is refused)."""
 from __future__ import annotations
 import os, errno, subprocess, tempfile, time
 from pathlib import Path
@@ -13,15 +14,6 @@ import ddpsafe.learner
 from ddpsafe.learner import CheckpointMismatch
 
 pytestmark = pytest.mark.timeout(180)
-
-@pytest.fixture
-def small_fs():
-    "A 256 KB tmpfs, unmounted afterwards"
-    d = Path(tempfile.mkdtemp(prefix='ddpsafe-fullfs-'))
-    r = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=256k', 'tmpfs', str(d)], capture_output=True, text=True)
-    if r.returncode: pytest.fail(f'could not mount a tmpfs at {d} (these tests need root): {r.stderr.strip()}')
-    yield d
-    subprocess.run(['umount', '-l', str(d)])
 
 def _errors_on_every_rank(res, kind, *words):
     "Each rank's result is (exception type name, message): all `kind`, all mentioning `words`"
@@ -37,7 +29,8 @@ def save_to_full_disk(folder):
     except OSError as e: err = (type(e).__name__, f'{e} errno={e.errno}')
     return err + (time.monotonic() - start, safe_load(f)['w'].shape[0], sorted(p.name for p in Path(folder).iterdir()))
 
-def test_full_disk(small_fs):
+def test_full_disk(tmpfs):
+    small_fs = tmpfs('256k')
     res = run_ranks(save_to_full_disk, args=(small_fs,), timeout=120)
     _errors_on_every_rank([r[:2] for r in res], 'OSError', 'could not write', 'state.pth', f'errno={errno.ENOSPC}')
     for *_, secs, old_len, files in res:
@@ -50,7 +43,8 @@ def save_to_readonly(folder):
     try: learn.save('model'); return 'saved?!'
     except OSError as e: return type(e).__name__, f'{e} errno={e.errno}'
 
-def test_refused_write(small_fs):
+def test_refused_write(tmpfs):
+    small_fs = tmpfs('256k')
     (small_fs/'models').mkdir()
     subprocess.run(['mount', '-o', 'remount,ro', str(small_fs)], check=True)
     res = run_ranks(save_to_readonly, args=(small_fs,), timeout=120)

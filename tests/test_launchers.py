@@ -12,6 +12,7 @@ from __future__ import annotations
 import os, re, sys, json, time, shutil, signal, subprocess, tempfile
 from pathlib import Path
 import pytest, torch
+from ddpsafe.testing import wait_until, WaitTimeout
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT/'tests'/'scripts'/'launcher_train.py'
@@ -86,12 +87,10 @@ class Launch:
 
     def wait_saves(self, n:int, timeout:float=120):
         "Wait until rank 0 has logged `n` saves of this launch"
-        deadline, before = time.monotonic() + timeout, len(self.saves(0))
-        while time.monotonic() < deadline:
-            if len(self.saves(0)) >= n: return
-            if self.proc.poll() is not None: break
-            time.sleep(0.02)
-        pytest.fail(f'{self.name}: rank 0 logged {len(self.saves(0))} saves, not {n} (launcher exit {self.proc.poll()})\n{self.output()[-4000:]}')
+        try: wait_until(lambda: len(self.saves(0)) >= n or self.proc.poll() is not None, timeout, f'{n} saves', rank=0, every=0.02)
+        except WaitTimeout: pass
+        if len(self.saves(0)) < n:
+            pytest.fail(f'{self.name}: rank 0 logged {len(self.saves(0))} saves, not {n} (launcher exit {self.proc.poll()})\n{self.output()[-4000:]}')
 
     def wait(self, timeout:float=120) -> int:
         "The launcher's exit code; a hang fails the test naming the ranks that reported no result"
@@ -219,8 +218,7 @@ def test_torchrun_sigusr1_default_orphans_ranks(tools, tmp_root):
     try:
         assert code == -signal.SIGUSR1 and alive == [True, True], (code, alive)
         for p in pids: os.kill(p, signal.SIGTERM)       # the orphans still answer a signal of their own: save, exit 75
-        deadline = time.monotonic() + 60
-        while None in l.results() and time.monotonic() < deadline: time.sleep(0.05)
+        wait_until(lambda: None not in l.results(), 60, lambda: f'a RESULT line from both orphaned ranks: {l.results()}')
         assert [x and x['code'] for x in l.results()] == [75, 75], l.results()
         assert status(tools, run/'checkpoints') == 75
     finally: l.kill()

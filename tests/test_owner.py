@@ -5,6 +5,7 @@ import os, sys, json, time, socket, signal, subprocess
 from pathlib import Path
 import pytest
 from ddpsafe.owner import *
+from ddpsafe.testing import wait_until
 from ddpsafe.owner import _create, _record
 
 CLAIMER = r"""
@@ -36,11 +37,8 @@ def finish(p:subprocess.Popen, name:str, timeout:float=60) -> tuple:
 
 def wait_for_owner(root:Path, pid:int, timeout:float=30):
     "Wait until `pid`'s record is in `root`"
-    t = time.time()
-    while time.time() - t < timeout:
-        if (rec := read_owner(root)) is not None and rec.get('pid') == pid: return rec
-        time.sleep(0.05)
-    raise AssertionError(f'process {pid} did not claim {root} within {timeout} s')
+    return wait_until(lambda: (rec := read_owner(root)) is not None and rec.get('pid') == pid and rec, timeout,
+                      f'process {pid} to claim {root}')
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize('attempt', range(5))
@@ -50,10 +48,8 @@ def test_two_processes_race(tmp_path, attempt):
     start = time.time() + 1.0                   # both have imported ddpsafe.owner (about 0.2 s) by then
     ps = [start_claimer(root, done, start) for _ in range(2)]
     try:
-        t = time.time()
-        while all(p.poll() is None for p in ps):      # the loser exits; the winner holds the folder
-            assert time.time() - t < 60, 'neither claimer finished within 60 s: both hold the folder, or both hang'
-            time.sleep(0.05)
+        wait_until(lambda: any(p.poll() is not None for p in ps), 60,      # the loser exits; the winner holds the folder
+                   'one claimer to give up (none did: both hold the folder, or both hang)')
         loser = next(i for i, p in enumerate(ps) if p.poll() is not None)
         lcode, lout = finish(ps[loser], f'claimer {loser}')
         winner = 1 - loser
@@ -148,9 +144,8 @@ def test_same_process_and_release(tmp_path):
     c2 = claim_folder(root, heartbeat=0.1)
     assert c2 is not c and read_owner(root)['token'] == c2.token
     (root/OWNER).unlink(); remote_owner(root)               # another run took the folder over (this one looked stalled)
-    t = time.time()
-    while c2.lost is None and time.time() - t < 10: time.sleep(0.05)
-    assert c2.lost is not None and c2.lost['host'] == 'gpu-7', 'the heartbeat did not notice the takeover'
+    wait_until(lambda: c2.lost is not None, 10, 'the heartbeat to notice the takeover')
+    assert c2.lost['host'] == 'gpu-7', c2.lost
     with pytest.raises(FolderInUse, match='another run took this folder over'): c2.check()
     c2.release()
     assert read_owner(root)['token'] == 'remote', "release removed another run's record"

@@ -7,7 +7,7 @@ the test sends the signals with `RankProcs.signal`, timed from the marker lines 
 `SAVE-BEGIN g reason`), with a harness timeout on every wait and `pytest.mark.timeout` as a backstop.
 
     python -m pytest tests/test_preempt.py -s                  # short counts: 3 SIGTERM runs, 3 SIGKILL runs, 1 double SIGTERM
-    DDPSAFE_FULL=1 python -m pytest tests/test_preempt.py -s   # full counts: 20, 20, 10
+    DDPSAFE_FULL=1 python -m pytest tests/test_preempt.py -s   # also the full counts, marked slow: 20, 20, 10
     DDPSAFE_SEED=123 ...                                        # other random moments (the seed is printed)
 
 Runs are chained to save launches: stop, resume and stop again, ..., then resume to the end and compare."""
@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 from ddpsafe.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint, read_manifest, checkpoint_name
 
-from conftest import train_ckpt, full_run, attempts
+from conftest import train_ckpt, counts
 tc = train_ckpt()
-FULL = full_run()
 BIN = Path(sys.executable).parent
 SEED = int(os.environ.get('DDPSAFE_SEED', '0'))
 N_EPOCH, STEPS, PER_EPOCH = 4, 12, 3         # the tiny model: 4 epochs of 3 steps per rank
@@ -75,9 +74,10 @@ def finish_chain(path, whole, n_epoch, *args) -> list:
 # ---------------------------------------------------------------------------------------------------------------
 # SIGTERM to one random rank at a random moment
 
-@pytest.mark.timeout(3000 if FULL else 600)
-def test_sigterm_one_random_rank(folder):
-    runs, rng = attempts(3, 20), random.Random(SEED)
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize('runs', counts(3, 20, timeout=3000, name='runs'))
+def test_sigterm_one_random_rank(folder, runs):
+    rng = random.Random(SEED)
     whole = tc.baseline(N_EPOCH, '--fit', 'one_cycle')
     stops, chains, done = [], 0, 0
     while done < runs:
@@ -104,9 +104,10 @@ def test_sigterm_one_random_rank(folder):
 # ---------------------------------------------------------------------------------------------------------------
 # SIGKILL of rank 0 in the middle of saves
 
-@pytest.mark.timeout(3000 if FULL else 900)
-def test_sigkill_rank0_during_saves(folder):
-    runs, rng = attempts(3, 20), random.Random(SEED + 1)
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize('runs', counts(3, 20, timeout=3000, name='runs'))
+def test_sigkill_rank0_during_saves(folder, runs):
+    rng = random.Random(SEED + 1)
     whole = tc.baseline(BIG_EPOCH, *BIG)
     durations, kills, chains, done = [0.4], [], 0, 0
     args = (*BIG, '--every-steps', '1', '--keep', '2')
@@ -189,11 +190,12 @@ def test_switch_files(folder):
 # ---------------------------------------------------------------------------------------------------------------
 # A second SIGTERM while saving
 
-@pytest.mark.timeout(3000 if FULL else 600)
-def test_second_sigterm_while_saving(folder):
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize('n', counts(1, 10, timeout=3000, name='runs'))
+def test_second_sigterm_while_saving(folder, n):
     """'during-save': SIGTERM to a random rank, then, once rank 0 has begun writing the signal's checkpoint (big model: ~0.3 s),
     SIGTERM to both ranks; 'twice': two SIGTERMs 5 ms apart to one rank. Alternating, short: 1 run, full: 10"""
-    n, rng = attempts(1, 10), random.Random(SEED + 2)
+    rng = random.Random(SEED + 2)
     seen = []
     for i in range(n):
         mode = ('during-save', 'twice')[i % 2]
@@ -229,8 +231,11 @@ def threads(): return len(os.listdir('/proc/self/task'))
 before = threads()
 dist.init_process_group('gloo', timeout=timedelta(seconds=60))
 from ddpsafe.core import on_main
+from ddpsafe.testing import wait_until, WaitTimeout
 on_main(lambda: 1)                       # what every checkpoint save does: a broadcast on ddpsafe's side group
-dist.destroy_process_group(); gc.collect()
+dist.destroy_process_group(); gc.collect()   # torch's own function: ddpsafe does not replace it
+try: wait_until(lambda: threads() == before, 5, 'the threads to end')   # an ending thread leaves the OS's list a moment later
+except WaitTimeout: pass
 print('THREADS', before, threads(), flush=True)
 """
 

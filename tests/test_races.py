@@ -10,11 +10,13 @@ then the ddpsafe pattern passing every attempt.
 5. `two_nodes`: two `torch.distributed.run` "nodes" on loopback, each with its own checkpoint folder: plain `torch.load`
    on node 1 finds no file; `safe_load` gives both nodes rank 0's bytes.
 
-Each test reports both counts (printed with `-s`, and appended as a JSON line to `$DDPSAFE_RACE_REPORT` when set) and
-asserts that the ddpsafe pattern never failed and that the unguarded pattern failed at least once.
+Each test counts the outcome of every attempt of both patterns, reports the counts (printed with `-s`, and appended
+as a JSON line to `$DDPSAFE_RACE_REPORT` when set), and asserts that the ddpsafe pattern never failed and that the
+unguarded pattern failed at least once. Each race runs at a short count by default and at its full count as a test
+marked slow:
 
     python -m pytest tests/test_races.py -s             # short counts: 10 attempts (3 hanging ones, 5 two-node), ~45 s
-    DDPSAFE_FULL=1 pytest tests/test_races.py -s        # full counts: 50 attempts (10 hanging ones), ~2 min on 2 cores
+    DDPSAFE_FULL=1 pytest tests/test_races.py -s        # also the full counts: 50 attempts (10 hanging ones), ~2 min more
     DDPSAFE_RACE_REPORT=races.jsonl pytest tests/test_races.py -s   # also write the counts as JSON lines
 
 Ranks are forked by `ddpsafe.testing.run_ranks` and joined by a real gloo group; many attempts run inside one
@@ -26,7 +28,8 @@ from pathlib import Path
 import pytest, torch, torch.distributed as dist
 from ddpsafe.core import agree
 from ddpsafe.io import atomic_save, safe_load, prepare_dir
-from ddpsafe.testing import run_ranks, RanksFailed, free_port
+from ddpsafe.testing import run_ranks, RanksFailed, free_port, wait_until, WaitTimeout
+from conftest import counts
 
 HERE = Path(__file__).parent
 
@@ -40,13 +43,6 @@ def delays(n:int, lo:float=0.05, hi:float=0.2, seed:int=0) -> list:
     "`n` writer delays, in seconds, reproducible"
     rng = random.Random(seed)
     return [rng.uniform(lo, hi) for _ in range(n)]
-
-def kinds(outcomes) -> dict:
-    "How many of each failure kind in `outcomes` (`None` is a success)"
-    res = {}
-    for o in outcomes:
-        if o is not None: res[o] = res.get(o, 0) + 1
-    return res
 
 def per_attempt(res:list) -> list:
     "Every rank's outcome lists, zipped into one outcome per attempt: the first failure of any rank, or `None`"
@@ -84,15 +80,15 @@ def slow_writer(folder, waits, guarded):
     return out
 
 @pytest.mark.timeout(300)
-def test_slow_writer(folder, attempts, report_race):
-    n = attempts(10)
+@pytest.mark.parametrize('n', counts(10))
+def test_slow_writer(folder, report_race, n):
     waits = delays(n)
     (folder/'u').mkdir(); (folder/'g').mkdir()
     unguarded = per_attempt(run_loop(slow_writer, 2, folder/'u', waits, False, n=n))
     guarded = per_attempt(run_loop(slow_writer, 2, folder/'g', waits, True, n=n))
-    u, g = sum(o is not None for o in unguarded), sum(o is not None for o in guarded)
-    report_race('slow_writer', u, n, g, n, what='rank 0 saves 50-200 ms late; rank 1 loads: torch.save/torch.load vs atomic_save/safe_load',
-                unguarded_kinds=kinds(unguarded), ddpsafe_kinds=kinds(guarded))
+    rec = report_race('slow_writer', unguarded, guarded,
+                      what='rank 0 saves 50-200 ms late; rank 1 loads: torch.save/torch.load vs atomic_save/safe_load')
+    u, g = rec['unguarded_failures'], rec['ddpsafe_failures']
     assert g == 0, f'ddpsafe atomic_save + safe_load failed {g}/{n}: {guarded}'
     assert u >= 1, f'the unguarded slow-writer race did not reproduce in {n} attempts'
 
@@ -127,13 +123,14 @@ def overwrite_dir(folder, n, guarded):
     return out
 
 @pytest.mark.timeout(300)
-def test_overwrite_dir(folder, attempts, report_race):
-    n, ranks = attempts(10), 4
+@pytest.mark.parametrize('n', counts(10))
+def test_overwrite_dir(folder, report_race, n):
+    ranks = 4
     unguarded = per_attempt(run_loop(overwrite_dir, ranks, folder/'u', n, False, n=n))
     guarded = per_attempt(run_loop(overwrite_dir, ranks, folder/'g', n, True, n=n))
-    u, g = sum(o is not None for o in unguarded), sum(o is not None for o in guarded)
-    report_race('overwrite_dir', u, n, g, n, what=f'{ranks} ranks each rmtree + makedirs the run folder vs prepare_dir(overwrite=True)',
-                unguarded_kinds=kinds(unguarded), ddpsafe_kinds=kinds(guarded))
+    rec = report_race('overwrite_dir', unguarded, guarded,
+                      what=f'{ranks} ranks each rmtree + makedirs the run folder vs prepare_dir(overwrite=True)')
+    u, g = rec['unguarded_failures'], rec['ddpsafe_failures']
     assert g == 0, f'prepare_dir(overwrite=True) failed {g}/{n}: {guarded}'
     assert u >= 1, f'the unguarded rmtree/makedirs race did not reproduce in {n} attempts'
 
@@ -165,27 +162,28 @@ def exists_guarded(folder, waits):
     return out
 
 @pytest.mark.timeout(600)
-def test_exists_decision(folder, attempts, report_race):
-    nu, n = attempts(3, 10), attempts(10)
+@pytest.mark.parametrize('n', counts(10))
+def test_exists_decision(folder, report_race, n):
+    nu = max(3, n//5)                    # a hang costs its timeout: fewer unguarded attempts
     waits = delays(max(nu, n), seed=3)
-    hangs, other = [], []
+    unguarded, hangs = [], []
     for i in range(nu):                  # a hang kills the ranks: one `run_ranks` per attempt
         d = folder/f'u{i}'; d.mkdir()
-        try: run_ranks(exists_unguarded, 2, args=(d, waits[i]), timeout=4, grace=2)
+        try: run_ranks(exists_unguarded, 2, args=(d, waits[i]), timeout=4, grace=2); unguarded.append(None)
         except RanksFailed as e:
-            if e.missing: hangs.append(e.missing)
-            else: other.append(str(e).splitlines()[0][:200])
+            if e.missing: hangs.append(e.missing); unguarded.append('hang')
+            else: unguarded.append(str(e).splitlines()[0][:200])
     (folder/'g').mkdir()
+    want = [(i % 3 != 2, None) for i in range(n)]                     # every rank took rank 0's path, loaded the right file
     try:
         done = run_ranks(exists_guarded, 2, args=(folder/'g', waits[:n]), timeout=30 + 2*n)
-        want = [(i % 3 != 2, None) for i in range(n)]                 # every rank took rank 0's path, loaded the right file
-        g, hung = sum(a != w or b != w for a, b, w in zip(*done, want)), []
-    except RanksFailed as e: g, hung = n, e.missing   # any hang fails the whole loop: count every attempt
-    u = len(hangs) + len(other)
-    report_race('exists_hang', u, nu, g, n, what='ranks that see the file barrier, the others all_reduce: own os.path.exists vs agree(os.path.exists)',
-                unguarded_hangs=len(hangs), unguarded_missing_ranks=hangs, unguarded_errors=other, ddpsafe_missing_ranks=hung)
-    assert g == 0, f'agree(os.path.exists(f)) + safe_load hung or failed (ranks that did not finish: {hung})'
-    assert hangs, f'the unguarded exists race did not hang in {nu} attempts (errors: {other})'
+        guarded, hung = [None if a == b == w else f'rank 0 {a}, rank 1 {b}' for a, b, w in zip(*done, want)], []
+    except RanksFailed as e: guarded, hung = ['hang']*n, e.missing   # a hang ends the whole loop: every attempt failed
+    rec = report_race('exists_hang', unguarded, guarded,
+                      what='ranks that see the file barrier, the others all_reduce: own os.path.exists vs agree(os.path.exists)',
+                      unguarded_missing_ranks=hangs, ddpsafe_missing_ranks=hung)
+    assert rec['ddpsafe_failures'] == 0, f'agree(os.path.exists(f)) + safe_load hung or failed: {rec["ddpsafe_kinds"]} (ranks that did not finish: {hung})'
+    assert hangs, f'the unguarded exists race did not hang in {nu} attempts: {rec["unguarded_kinds"]}'
 
 # ---------------------------------------------------------------------------------------------------------------
 # 4. Every rank saving the same file at once, then loading it: fastai `DataLoaders` (`dls.save` / `load_dls`
@@ -225,17 +223,17 @@ def same_file(folder, n, guarded, kind):
     return out
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize('n', counts(10))
 @pytest.mark.parametrize('kind', ['dls', 'state_dict'])
-def test_same_file(folder, attempts, report_race, kind):
+def test_same_file(folder, report_race, kind, n):
     import ddpsafe.learner               # noqa: F401  (patches fastai: `DataLoaders.save`); fail here if it is broken
-    n, ranks = attempts(10), 4
+    ranks = 4
     (folder/'u').mkdir(); (folder/'g').mkdir()
     unguarded = per_attempt(run_loop(same_file, ranks, folder/'u', n, False, kind, n=n))
     guarded = per_attempt(run_loop(same_file, ranks, folder/'g', n, True, kind, n=n))
-    u, g = sum(o is not None for o in unguarded), sum(o is not None for o in guarded)
     how = ('torch.save(dls) vs dls.save/load_dls' if kind == 'dls' else 'torch.save vs atomic_save/safe_load')
-    report_race(f'same_file_{kind}', u, n, g, n, what=f'{ranks} ranks save the same 4 MB file, then load it: {how}',
-                unguarded_kinds=kinds(unguarded), ddpsafe_kinds=kinds(guarded))
+    rec = report_race(f'same_file_{kind}', unguarded, guarded, what=f'{ranks} ranks save the same 4 MB file, then load it: {how}')
+    u, g = rec['unguarded_failures'], rec['ddpsafe_failures']
     assert g == 0, f'the ddpsafe save/load of {kind} failed {g}/{n}: {guarded}'
     assert u >= 1, f'the unguarded same-file race ({kind}) did not reproduce in {n} attempts'
 
@@ -255,9 +253,10 @@ def launch_nodes(mode:str, n:int, root:Path, timeout:float=120) -> list:
         procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                       start_new_session=True))
         logs.append(log)
-    deadline = time.monotonic() + timeout
-    while any(p.poll() is None for p in procs) and time.monotonic() < deadline: time.sleep(0.1)
-    hung = [k for k,p in enumerate(procs) if p.poll() is None]
+    running = lambda: [k for k,p in enumerate(procs) if p.poll() is None]
+    try: wait_until(lambda: not running(), timeout, f'both {mode} nodes to finish', every=0.1)
+    except WaitTimeout: pass
+    hung = running()
     for p in procs:
         if p.poll() is None: os.killpg(p.pid, signal.SIGKILL)
         p.wait()
@@ -271,18 +270,17 @@ def launch_nodes(mode:str, n:int, root:Path, timeout:float=120) -> list:
     return [[json.loads(l[len('RESULT '):]) for l in o.splitlines() if l.startswith('RESULT ')] for o in outs]
 
 @pytest.mark.timeout(400)
-def test_two_nodes(folder, attempts, report_race):
-    n = attempts(5)
+@pytest.mark.parametrize('n', counts(5))
+def test_two_nodes(folder, report_race, n):
     ung = launch_nodes('unguarded', n, folder/'u')
     gua = launch_nodes('ddpsafe', n, folder/'g')
     for res in (ung, gua): assert [len(o) for o in res] == [n, n], f'missing results: {res}'
     # node 0 reads its own file either way; the question is node 1, whose disk never gets the file
-    u = sum(not r['ok'] or r['digest'] != r['expected'] for r in ung[1])
-    u_kinds = kinds(r.get('error', 'wrong contents') if not r['ok'] or r['digest'] != r['expected'] else None for r in ung[1])
-    g_fail = [(a, b) for a, b in zip(*gua) if not (a['ok'] and b['ok'] and a['digest'] == b['digest'] == a['expected'])]
-    report_race('two_nodes', u, n, len(g_fail), n, what='2 torchrun nodes on loopback, node-local folders; failures counted on node 1',
-                unguarded_kinds=u_kinds, node1_has_file=any(r['file_here'] for r in gua[1]))
-    assert not g_fail, f'safe_load differed or failed across nodes: {g_fail}'
+    unguarded = [r.get('error', 'wrong contents') if not r['ok'] or r['digest'] != r['expected'] else None for r in ung[1]]
+    guarded = [None if a['ok'] and b['ok'] and a['digest'] == b['digest'] == a['expected'] else 'differed or failed' for a, b in zip(*gua)]
+    rec = report_race('two_nodes', unguarded, guarded, what='2 torchrun nodes on loopback, node-local folders; failures counted on node 1',
+                      node1_has_file=any(r['file_here'] for r in gua[1]))
+    assert rec['ddpsafe_failures'] == 0, f'safe_load differed or failed across nodes: {[(a, b) for a, b, o in zip(*gua, guarded) if o]}'
     assert all(r['file_here'] for r in gua[0]) and not any(r['file_here'] for r in gua[1]), \
         'node 1 must get rank 0\'s bytes over the process group, not from a file on its own disk'
-    assert u_kinds.get('FileNotFoundError', 0) == n, f'unguarded torch.load on node 1 should fail with FileNotFoundError: {ung[1]}'
+    assert unguarded == ['FileNotFoundError']*n, f'unguarded torch.load on node 1 should fail with FileNotFoundError: {ung[1]}'

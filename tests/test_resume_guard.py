@@ -90,20 +90,11 @@ def test_unpicklable_state_names_the_file_and_what_to_do(tmp_path):
     msg = str(errs[0])
     assert str(ck/'state.pt') in msg and 'ddpsafe-verify' in msg and 'unsafe_pickle' not in msg, msg
 
-@pytest.fixture
-def tmpfs(tmp_path):
-    "A small tmpfs (these tests need root), unmounted afterwards"
-    import subprocess
-    d = tmp_path/'fs'; d.mkdir()
-    r = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=64m', 'tmpfs', str(d)], capture_output=True, text=True)
-    if r.returncode: pytest.fail(f'could not mount a tmpfs at {d} (this test needs root): {r.stderr.strip()}')
-    yield d
-    subprocess.run(['umount', '-l', str(d)])
-
 @pytest.mark.timeout(300)
 def test_read_only_folder_fails_alike_on_every_rank(tmpfs):
     "Issue 13: a checkpoint folder that holds checkpoints but can no longer be written: the same clear error on every rank"
     import subprocess
+    tmpfs = tmpfs('64m')
     run2(tmpfs, extra=[StopAt(2)])
     before = {p.name: sorted(f.name for f in p.iterdir()) for p in checkpoints(tmpfs/'checkpoints')}
     subprocess.run(['mount', '-o', 'remount,ro', str(tmpfs)], check=True)

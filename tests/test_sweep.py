@@ -1,8 +1,10 @@
 """Proof (issue 8, the sweep): fastai's callbacks under DDP, as shipped and with ddpsafe, on real forked ranks.
 
 Each test runs fastai's own methods first (put back inside the forked ranks only, with `as_shipped`), then ddpsafe's,
-with a metric that differs per rank (a `ValueMetric`, which fastai does not gather). It reports both outcomes
-(printed, and appended as a JSON line to `$DDPSAFE_RACE_REPORT` when set) and asserts that ddpsafe's is right.
+with a metric that differs per rank (a `ValueMetric`, which fastai does not gather). One check judges both arms: it
+names what went wrong (a hang, ranks that disagree) or returns `None`. The test reports both measured outcomes (printed,
+and appended as a JSON line to `$DDPSAFE_RACE_REPORT` when set), then asserts that the check fails fastai as shipped
+and passes ddpsafe, so a check that cannot tell the two apart fails the test.
 A hang is caught by `run_ranks`' timeout (`RanksFailed.missing`); `pytest.mark.timeout` is the backstop.
 
     python -m pytest tests/test_sweep.py -s
@@ -16,14 +18,14 @@ import torch.distributed.tensor, torch._dynamo  # DDP imports these on first use
 from fastcore.xtras import join_path_file
 from fastai.learner import Learner, ValueMetric
 from fastai.torch_core import get_model, distrib_barrier
-from fastai.callback.core import Callback, GatherPredsCallback
+from fastai.callback.core import Callback, GatherPredsCallback, CancelFitException
 from fastai.callback.tracker import (TrackerCallback, EarlyStoppingCallback, ReduceLROnPlateau, SaveModelCallback,
                                      TerminateOnNaNCallback)
 from fastai.callback.schedule import LRFinder
 from fastai.callback.progress import CSVLogger
 import fastai.distributed                            # distrib_ctx
 import ddpsafe.callbacks
-from ddpsafe.core import rank, barrier
+from ddpsafe.core import rank, barrier, agree
 from ddpsafe.learner import fastai_stock
 from ddpsafe.testing import synth_learner
 from ddpsafe.testing import run_ranks, RanksFailed
@@ -103,6 +105,15 @@ def epochs_started(e:RanksFailed) -> list:
 
 def params(learn): return torch.cat([p.detach().flatten() for p in get_model(learn.model).parameters()])
 
+def attempt(f, *args, timeout:float) -> tuple:
+    "Run `f(*args)` on 2 ranks: (every rank's result, None), or (None, the `RanksFailed`)"
+    try: return run_ranks(f, 2, args=args, timeout=timeout), None
+    except RanksFailed as e: return None, e
+
+def failed(err:RanksFailed) -> str:
+    "A failed attempt in a few words: the ranks that hung, or the first error"
+    return f'hang: rank(s) {err.missing} never finished' if err.missing else 'error: ' + str(err).splitlines()[0][:200]
+
 # ---------------------------------------------------------------------------------------------------------------
 # EarlyStoppingCallback: rank 0's metric stops improving at epoch 2, rank 1's at epoch 5
 
@@ -116,16 +127,21 @@ def early_stop(folder, stock):
     barrier()      # what every rank does next together, such as saving the final model
     return learn.epoch
 
+def stopped_together(res, err) -> str|None:
+    "`None` if both ranks left fit after epoch 2, rank 0's decision; else what happened"
+    if err is not None: return failed(err)
+    return None if res == [2, 2] else f'ranks left fit after epochs {res}'
+
 @pytest.mark.timeout(120)
 def test_early_stopping(folder, report_race):
-    with pytest.raises(RanksFailed) as e: run_ranks(early_stop, 2, args=(folder/'stock', True), timeout=HANG)
-    assert e.value.missing, 'fastai as shipped should hang'
-    stock = epochs_started(e.value)
-    assert stock[0] == 2 and stock[1] > 2     # rank 0 stopped after epoch 2, rank 1 went on
-    ours = run_ranks(early_stop, 2, args=(folder/'ddpsafe', False), timeout=60)
-    report_race('EarlyStoppingCallback on a per-rank metric', 1, 1, 0, 1, stock_last_epoch_per_rank=stock,
-                stock_missing=e.value.missing, ddpsafe_stopped_after=ours)
-    assert ours == [2, 2]
+    stock, stock_err = attempt(early_stop, folder/'stock', True, timeout=HANG)
+    ours, ours_err = attempt(early_stop, folder/'ddpsafe', False, timeout=60)
+    started = epochs_started(stock_err) if stock_err else stock
+    report_race('EarlyStoppingCallback on a per-rank metric', [stopped_together(stock, stock_err)], [stopped_together(ours, ours_err)],
+                stock_last_epoch_per_rank=started, ddpsafe_stopped_after=ours)
+    assert stock_err is not None and stock_err.missing, f'fastai as shipped should hang: {stock}'
+    assert started[0] == 2 and started[1] > 2          # rank 0 stopped after epoch 2, rank 1 went on
+    assert stopped_together(ours, ours_err) is None, stopped_together(ours, ours_err)
 
 # ---------------------------------------------------------------------------------------------------------------
 # ReduceLROnPlateau: the metric stalls at different epochs on each rank
@@ -148,7 +164,8 @@ def test_reduce_lr_on_plateau(folder, report_race):
     (slr0, sw0), (slr1, sw1) = r0['stock'], r1['stock']
     drift = (sw0 - sw1).abs().max().item()
     (lr0, w0), (lr1, w1) = r0['ddpsafe'], r1['ddpsafe']
-    report_race('ReduceLROnPlateau on a per-rank metric', int(slr0 != slr1), 1, int(lr0 != lr1 or not torch.equal(w0, w1)), 1,
+    def in_step(a, b, wa, wb): return None if a == b and torch.equal(wa, wb) else f'learning rates {a} vs {b}, weights apart by {(wa-wb).abs().max().item():.2g}'
+    report_race('ReduceLROnPlateau on a per-rank metric', [in_step(slr0, slr1, sw0, sw1)], [in_step(lr0, lr1, w0, w1)],
                 stock_lrs=[slr0, slr1], stock_max_weight_diff=drift, ddpsafe_lrs=lr0,
                 ddpsafe_max_weight_diff=(w0 - w1).abs().max().item())
     assert slr0 != slr1 and drift > 0
@@ -169,19 +186,27 @@ def find_then_fit(folder, stock):
     left = sorted(p.name for p in (Path(folder)/'models').iterdir())
     return torch.equal(after, before), after, suggestion, params(learn), left, n_batches
 
+def lr_find_right(res, err) -> str|None:
+    "`None` if lr_find ran `num_it` batches, restored the weights and cleaned up on both ranks, in step; else what did not"
+    if err is not None: return failed(err)
+    wrong = [what for what, ok in [
+        ('weights not restored', [r[0] for r in res] == [True, True]),
+        ('ranks restored different weights', torch.equal(res[0][1], res[1][1])),
+        ('different suggestions', res[0][2] == res[1][2]),
+        ('the fit after it ran out of step', torch.equal(res[0][3], res[1][3])),
+        ('temporary folder left', res[0][4] == res[1][4] == []),
+        (f'{[r[5] for r in res]} batches, not 20', res[0][5] == res[1][5] == 20)] if not ok]   # as shipped: 12 on 2 ranks
+    return '; '.join(wrong) or None
+
 @pytest.mark.timeout(120)
 def test_lr_find(folder, report_race):
-    with pytest.raises(RanksFailed) as e: run_ranks(find_then_fit, 2, args=(folder/'stock', True), timeout=HANG)
-    assert e.value.missing, 'fastai as shipped should hang'
-    res = run_ranks(find_then_fit, 2, args=(folder/'ddpsafe', False), timeout=60)
-    report_race('lr_find under DDP', 1, 1, 0, 1, stock_missing=e.value.missing,
-                ddpsafe_restored=[r[0] for r in res], ddpsafe_suggestions=[r[2] for r in res], ddpsafe_batches=[r[5] for r in res])
-    assert [r[0] for r in res] == [True, True]          # the weights from before lr_find, on every rank
-    assert torch.equal(res[0][1], res[1][1])
-    assert res[0][2] == res[1][2]                       # the same suggestion
-    assert torch.equal(res[0][3], res[1][3])            # and the fit after it ran, in step
-    assert res[0][4] == res[1][4] == []                 # the temporary folder is gone
-    assert res[0][5] == res[1][5] == 20                 # the num_it batches asked for (fastai as shipped: 12 on 2 ranks)
+    stock, stock_err = attempt(find_then_fit, folder/'stock', True, timeout=HANG)
+    res, err = attempt(find_then_fit, folder/'ddpsafe', False, timeout=60)
+    report_race('lr_find under DDP', [lr_find_right(stock, stock_err)], [lr_find_right(res, err)],
+                stock_missing=stock_err and stock_err.missing, ddpsafe_suggestions=res and [r[2] for r in res],
+                ddpsafe_batches=res and [r[5] for r in res])
+    assert stock_err is not None and stock_err.missing, 'fastai as shipped should hang'
+    assert lr_find_right(res, err) is None, lr_find_right(res, err)
 
 # ---------------------------------------------------------------------------------------------------------------
 # GatherPredsCallback(save_preds=..., save_targs=...) and CSVLogger: who writes, and what ends in the files
@@ -227,12 +252,13 @@ def test_files_written_once(folder, report_race, ranks):
     res = run_ranks(files, ranks, args=(folder,), timeout=90)
     stock, ours = [r['stock'] for r in res], [r['ddpsafe'] for r in res]
     n_files = ours[0]['torch_save']
-    stock_bad = sum(s['torch_save'] > 0 for s in stock[1:]) + sum(s['csv_opens'] > 0 for s in stock[1:])
-    ours_bad = sum(o['torch_save'] > 0 or o['csv_opens'] > 0 for o in ours[1:])
-    report_race(f'GatherPredsCallback(save_preds, save_targs) + CSVLogger on {ranks} ranks', stock_bad, 2*(ranks-1), ours_bad, ranks-1,
+    def wrote(o): return f'{o["torch_save"]} torch.save, {o["csv_opens"]} opens of the log' if o['torch_save'] or o['csv_opens'] else None
+    report_race(f'GatherPredsCallback(save_preds, save_targs) + CSVLogger on {ranks} ranks (writes by ranks other than 0)',
+                [wrote(s) for s in stock[1:]], [wrote(o) for o in ours[1:]],
                 stock_torch_saves=[s['torch_save'] for s in stock], stock_csv_opens=[s['csv_opens'] for s in stock],
                 stock_csv_rank_loss=stock[0]['csv_rank_loss'],
                 ddpsafe_torch_saves=[o['torch_save'] for o in ours], ddpsafe_csv_opens=[o['csv_opens'] for o in ours])
+    assert all(wrote(s) for s in stock[1:]), 'as shipped, every rank writes'
     assert n_files > 0 and [o['torch_save'] for o in ours] == [n_files] + [0]*(ranks-1)   # rank 0 wrote each file once
     assert [o['csv_opens'] for o in ours] == [1] + [0]*(ranks-1)                           # only rank 0 opened the log
     for o in ours:
@@ -262,11 +288,13 @@ def best_model(folder):
 def test_save_model_callback(folder, report_race):
     res = run_ranks(best_model, 2, args=(folder,), timeout=60)
     stock, ours = [r['stock'] for r in res], [r['ddpsafe'] for r in res]
-    report_race('SaveModelCallback on a per-rank metric', int(stock[0]['best'] != stock[1]['best']), 1,
-                int(ours[0] != ours[1]), 1,
+    def one_best(r): return (None if r[0]['new_bests'] == r[1]['new_bests'] and r[0]['ends_with_epoch'] == r[1]['ends_with_epoch']
+                             else f'best epochs {[o["new_bests"][-1] for o in r]}, end with the weights of epochs {[o["ends_with_epoch"] for o in r]}')
+    report_race('SaveModelCallback on a per-rank metric', [one_best(stock)], [one_best(ours)],
                 stock_best_epochs=[s['new_bests'][-1] for s in stock], stock_best=[s['best'] for s in stock],
                 stock_ends_with_epoch=[s['ends_with_epoch'] for s in stock],
                 ddpsafe_best_epochs=[o['new_bests'][-1] for o in ours], ddpsafe_ends_with_epoch=[o['ends_with_epoch'] for o in ours])
+    assert one_best(stock) is not None and one_best(ours) is None
     assert [s['new_bests'][-1] for s in stock] == [1, 3]     # as shipped, each rank picks its own best epoch
     for o in ours:
         assert o['new_bests'] == [0, 1] and o['best'] == .5  # with ddpsafe, rank 0's
@@ -277,6 +305,7 @@ def nothing_saved(folder):
     for arm in ('stock', 'ddpsafe'):
         names = ['SaveModelCallback.after_fit', 'Learner.load'] if arm == 'stock' else []
         learn = rank_metric(synth_learner(path=Path(folder)/arm/f'node{rank()}'), [[float('nan')]*2]*2, name='nan_loss')
+        stale = params(learn).clone()
         if rank() == 1:                                      # a stale file, on this rank's disk only
             (learn.path/'models').mkdir(parents=True)
             torch.save(learn.model.state_dict(), learn.path/'models/model.pth')
@@ -286,42 +315,86 @@ def nothing_saved(folder):
                 with learn.distrib_ctx(): learn.fit(2, cbs=SaveModelCallback(monitor='nan_loss'))
                 out = 'ok'
             except Exception as e: out = type(e).__name__
-        res[arm] = out, [str(o.message) for o in w if 'SaveModelCallback' in str(o.message)]
+        res[arm] = out, [str(o.message) for o in w if 'SaveModelCallback' in str(o.message)], torch.equal(params(learn), stale)
     return res
 
 @pytest.mark.timeout(120)
 def test_save_model_nothing_saved(folder, report_race):
     res = run_ranks(nothing_saved, 2, args=(folder,), timeout=60)
     stock, ours = [r['stock'] for r in res], [r['ddpsafe'] for r in res]
-    report_race('SaveModelCallback with nothing saved (NaN metric, node-local disks)', sum(s[0] != 'ok' for s in stock), 2,
-                sum(o[0] != 'ok' or len(o[1]) != 1 for o in ours), 2,
+    report_race('SaveModelCallback with nothing saved (NaN metric, node-local disks)',
+                [s[0] if s[0] != 'ok' else ('loaded a stale file' if s[2] else None) for s in stock],
+                [o[0] if o[0] != 'ok' else ('loaded a stale file' if o[2] else None if len(o[1]) == 1 else f'{len(o[1])} warnings') for o in ours],
                 stock_outcome=[s[0] for s in stock], ddpsafe_outcome=[o[0] for o in ours])
-    assert stock[0][0] == 'FileNotFoundError' and stock[1][0] == 'ok'   # as shipped: rank 0 crashes, rank 1 loads its stale file
+    assert stock[0][0] == 'FileNotFoundError' and stock[1][:1] + stock[1][2:] == ('ok', True)   # as shipped: rank 0 crashes, rank 1 loads its stale file
     missing = str(folder/'ddpsafe/node0/models/model.pth')
-    for out, msgs in ours:
-        assert out == 'ok' and len(msgs) == 1 and msgs[0].startswith(f'SaveModelCallback: {missing} does not exist on rank 0')
+    for out, msgs, stale in ours:
+        assert out == 'ok' and not stale and len(msgs) == 1 and msgs[0].startswith(f'SaveModelCallback: {missing} does not exist on rank 0')
 
 # ---------------------------------------------------------------------------------------------------------------
-# TerminateOnNaNCallback: rank 1's loss is NaN at its 5th batch
+# TerminateOnNaNCallback: rank 1's loss is NaN in its 5th batch (`train_iter` 4)
+#
+# One process whose batch holds a NaN stops in that batch. Under DDP the NaN loss is on rank 1 only, but its gradient
+# reaches every rank's weights through DDP's average, so rank 0's loss is NaN one batch later. Right: every rank stops
+# in batch 4 and fit ends. fastai as shipped (each rank looks at its own loss): rank 1 leaves fit in batch 4, rank 0
+# goes on and waits, still in batch 4, in the Recorder's all-gather of the loss, which rank 1 never joins: a hang.
+# Deciding from rank 0's loss alone does not hang: both ranks stop in batch 5, one step after the NaN, with NaN
+# weights; "both ranks stopped at the same batch" cannot tell that from the fix, so the check asks for batch 4.
 
-def nan_on_one_rank(folder, stock):
+NAN_AT = 4
+
+def rank0_decides(self):
+    "A wrong fix: every rank stops when rank 0's loss is NaN"
+    if agree(bool(torch.isinf(self.loss) or torch.isnan(self.loss))): raise CancelFitException
+
+class Batches(Callback):
+    "Print each training batch as it starts; keep the last one"
+    def before_batch(self):
+        if self.training: self.last = self.train_iter; print(f'rank {rank()} batch {self.train_iter}', flush=True)
+
+def nan_on_one_rank(folder, arm):
     learn = synth_learner(path=folder)
     mse = learn.loss_func
     def loss(pred, targ):
         l = mse(pred, targ)
-        return l*float('nan') if rank() == 1 and learn.train_iter == 4 else l
-    learn.loss_func = loss
-    with as_shipped(*(['TerminateOnNaNCallback.after_batch'] if stock else [])), learn.distrib_ctx():
-        learn.fit(4, cbs=TerminateOnNaNCallback())
-    print(f'rank {rank()} stopped at batch {learn.train_iter}', flush=True)
+        return l*float('nan') if rank() == 1 and learn.train_iter == NAN_AT else l
+    learn.loss_func, seen = loss, Batches()
+    names = ['TerminateOnNaNCallback.after_batch'] if arm == 'stock' else []
+    with as_shipped(*names), patched(TerminateOnNaNCallback, 'after_batch', rank0_decides if arm == 'rank0' else None), \
+         learn.distrib_ctx():
+        learn.fit(4, cbs=[TerminateOnNaNCallback(), seen])
     barrier()
-    return learn.train_iter
+    return seen.last
+
+@contextmanager
+def patched(cls, name, f):
+    "`cls.name` is `f` inside the block (nothing changes when `f` is `None`)"
+    old = cls.__dict__.get(name)
+    if f is not None: setattr(cls, name, f)
+    try: yield
+    finally: _put(cls, name, old)
+
+def last_batches(res, err) -> list:
+    "The last training batch each rank started, from its results or, after a hang, from what it printed"
+    if err is None: return res
+    return [max(map(int, re.findall(r'batch (\d+)', o or '')), default=None) for o in err.outputs]
+
+def stopped_in_nan_batch(res, err) -> str|None:
+    "`None` if every rank stopped in the batch whose loss was NaN, as one process does; else what happened"
+    if err is not None: return failed(err) + f', last batches started {last_batches(res, err)}'
+    return None if res == [NAN_AT]*2 else f'ranks stopped in batches {res}, the NaN was in batch {NAN_AT}'
 
 @pytest.mark.timeout(120)
 def test_terminate_on_nan(folder, report_race):
-    with pytest.raises(RanksFailed) as e: run_ranks(nan_on_one_rank, 2, args=(folder/'stock', True), timeout=HANG)
-    assert e.value.missing, 'fastai as shipped should hang'
-    ours = run_ranks(nan_on_one_rank, 2, args=(folder/'ddpsafe', False), timeout=60)
-    report_race('TerminateOnNaNCallback with a NaN on one rank', 1, 1, 0, 1, stock_missing=e.value.missing,
-                ddpsafe_stopped_at_batch=ours)
-    assert ours[0] == ours[1]
+    stock, stock_err = attempt(nan_on_one_rank, folder/'stock', 'stock', timeout=HANG)
+    rank0, rank0_err = attempt(nan_on_one_rank, folder/'rank0', 'rank0', timeout=60)
+    ours, ours_err = attempt(nan_on_one_rank, folder/'ddpsafe', 'ddpsafe', timeout=60)
+    report_race('TerminateOnNaNCallback with a NaN on one rank', [stopped_in_nan_batch(stock, stock_err)],
+                [stopped_in_nan_batch(ours, ours_err)], stock_last_batches=last_batches(stock, stock_err),
+                rank0_decides_last_batches=last_batches(rank0, rank0_err), ddpsafe_last_batches=ours)
+    assert stock_err is not None and stock_err.missing and last_batches(stock, stock_err) == [NAN_AT]*2, \
+        f'as shipped, rank 1 should stop in batch {NAN_AT} and rank 0 hang in it: {stopped_in_nan_batch(stock, stock_err)}'
+    assert stopped_in_nan_batch(stock, stock_err) is not None
+    assert rank0_err is None and rank0 == [NAN_AT + 1]*2, 'deciding from rank 0 alone stops together, one batch late'
+    assert stopped_in_nan_batch(rank0, rank0_err) is not None       # the check tells that apart from the fix
+    assert stopped_in_nan_batch(ours, ours_err) is None, stopped_in_nan_batch(ours, ours_err)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os, re, sys, time, signal, subprocess
 from pathlib import Path
 import pytest
-from ddpsafe.testing import launch_ranks
+from ddpsafe.testing import launch_ranks, wait_until
 
 TIMEOUT = 20   # DDPSAFE_TIMEOUT for the ranks, in seconds
 TORCHRUN = Path(sys.executable).parent/'torchrun'
@@ -45,15 +45,13 @@ except DistTimeout as e:
     raise
 '''
 
-def wait_for(output, proc, who:str, pattern:str, timeout:float) -> re.Match:
-    "The first match of `pattern` in `output()` within `timeout` seconds; else an error naming `who`"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if m := re.search(pattern, output()): return m
-        if proc.poll() is not None and not re.search(pattern, output()): break
-        time.sleep(0.05)
-    state = f'exited with {proc.poll()}' if proc.poll() is not None else f'still running after {timeout:.0f}s'
-    raise AssertionError(f'{who} never printed {pattern!r} ({state}); the output ends:\n{output()[-3000:]}')
+def wait_for(output, proc, who:str, pattern:str, timeout:float, rank:int|None=None) -> re.Match:
+    "The first match of `pattern` in `output()`; `WaitTimeout` naming `who` if it does not come, an error if `proc` ends first"
+    found = wait_until(lambda: re.search(pattern, output()) or proc.poll() is not None, timeout,
+                       lambda: f'{pattern!r} in the output of {who}, which ends:\n{output()[-3000:]}', rank=rank)
+    if found is True and not (found := re.search(pattern, output())):
+        raise AssertionError(f'{who} exited with {proc.poll()} before printing {pattern!r}; the output ends:\n{output()[-3000:]}')
+    return found
 
 def check(m:re.Match, sent:float, victim:int, sig:str, how:str, code:int):
     "Assert that the survivor's error names `victim`; print how long it took"
@@ -73,9 +71,10 @@ def test_stopped_rank_is_named(tmp_path, start, victim, sig):
     procs = launch_ranks(tmp_path/'train.py', 2, args=[start], env={'DDPSAFE_TIMEOUT': str(TIMEOUT)}, cwd=tmp_path)
     out = lambda r: (lambda: procs.output(r))
     try:
-        wait_for(out(victim), procs.procs[victim], f'rank {victim}', rf'R{victim} STEP 20(?!\d)', 120)
+        wait_for(out(victim), procs.procs[victim], f'rank {victim}', rf'R{victim} STEP 20(?!\d)', 120, rank=victim)
         sent = time.time(); procs.signal(victim, getattr(signal, sig))
-        m = wait_for(out(survivor), procs.procs[survivor], f'rank {survivor}', rf'R{survivor} RAISED ([\d.]+) missing=(\S+) (.*)', 3*TIMEOUT + 30)
+        m = wait_for(out(survivor), procs.procs[survivor], f'rank {survivor}', rf'R{survivor} RAISED ([\d.]+) missing=(\S+) (.*)',
+                     3*TIMEOUT + 30, rank=survivor)
         code = procs.procs[survivor].wait(30)                 # and it ends: a launcher sees the failure
     finally: procs.kill()
     check(m, sent, victim, sig, f'group started by {start}', code)
@@ -92,10 +91,10 @@ def test_frozen_rank0_under_torchrun(tmp_path):
                                 env={**env, 'DDPSAFE_TIMEOUT': str(TIMEOUT), 'OMP_NUM_THREADS': '1'})
     output = lambda: log.read_text(errors='replace')
     try:
-        wait_for(output, proc, 'torchrun', r'R0 STEP 20(?!\d)', 120)
+        wait_for(output, proc, 'torchrun', r'R0 STEP 20(?!\d)', 120, rank=0)
         pid0 = int(re.search(r'R0 PID (\d+)', output()).group(1))
         sent = time.time(); os.kill(pid0, signal.SIGSTOP)
-        m = wait_for(output, proc, 'rank 1', r'R1 RAISED ([\d.]+) missing=(\S+) (.*)', 3*TIMEOUT + 30)
+        m = wait_for(output, proc, 'rank 1', r'R1 RAISED ([\d.]+) missing=(\S+) (.*)', 3*TIMEOUT + 30, rank=1)
         t = time.time(); code = proc.wait(120)               # torchrun sees rank 1 fail and ends the job
         print(f'\n[torchrun] exited {code} {time.time()-t:.1f}s after rank 1 raised')
     finally:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up .venv (tools/setup.sh), then run every test: the notebooks with nbdev-test, then tests/ with pytest.
-# DDPSAFE_FULL=1 runs the long race counts (50 attempts each) instead of the short ones.
+# Tests marked slow (the long stress runs: full attempt counts, more stop points, 4 ranks) are skipped by default;
+# DDPSAFE_FULL=1 runs them too (CI: DDPSAFE_FULL=1 bash .ci/run). Extra arguments go to pytest (e.g. -m slow).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh

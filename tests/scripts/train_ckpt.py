@@ -147,15 +147,16 @@ def markers(output:str, kind:str) -> list:
     "The marker lines of one kind (`STEP`, `SAVE-BEGIN`, ...) in a rank's output, split into words"
     return [l.split()[1:] for l in output.splitlines() if l.startswith(kind + ' ')]
 
-def wait_for(procs, r:int, pattern:str, timeout:float=120, count:int=1):
-    "Wait until rank `r` has printed `count` lines matching the regex `pattern` (whole line); False if a rank ended first"
+def wait_for(procs, r:int, pattern:str, timeout:float=120, count:int=1) -> bool:
+    "Has rank `r` printed `count` lines matching `pattern` (whole lines) before a rank ended and within `timeout`?"
     import re
-    rx, deadline = re.compile(f'^{pattern}$', re.M), time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if len(rx.findall(procs.output(r))) >= count: return True
-        if any(p.poll() is not None for p in procs.procs): return len(rx.findall(procs.output(r))) >= count
-        time.sleep(0.01)
-    return False
+    from ddpsafe.testing import wait_until, WaitTimeout
+    rx = re.compile(f'^{pattern}$', re.M)
+    seen = lambda: len(rx.findall(procs.output(r))) >= count
+    try: wait_until(lambda: seen() or any(p.poll() is not None for p in procs.procs), timeout,
+                    f'{count} line(s) {pattern!r} in its output', rank=r, every=0.01)
+    except WaitTimeout: return False
+    return seen()
 
 def run_env(**extra) -> dict:
     return {'DDPSAFE_TIMEOUT': '60', 'PYTHONUNBUFFERED': '1', 'PYTHONWARNINGS': 'always::UserWarning', **extra}
