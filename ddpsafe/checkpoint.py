@@ -304,7 +304,8 @@ def _state(self:CheckpointCallback) -> dict:
 
 # %% ../nbs/08_checkpoint.ipynb #9de53321
 def _writers(weights:dict, opt_state, state:dict, rngs:list) -> dict:
-    "The files of a checkpoint, each with its writer"   # the weights stream to disk: no second copy in memory, one read-back for the checksum
+    "The files of a checkpoint, each with its writer"
+    # the weights stream to disk: no second copy of them in memory, at the price of one read-back for the checksum
     return {'model.safetensors': lambda p: st.save_file({k: v.contiguous() for k,v in weights.items()}, str(p)),
             'optimizer.pt': torch_writer(opt_state), 'state.pt': torch_writer(state), 'rng.pt': torch_writer(rngs)}
 
