@@ -26,7 +26,7 @@ _deferred = {}   # fastai module -> patches waiting for it to be imported
 def patch_fastai(module:str, # The fastai module that defines the class, e.g. 'fastai.callback.tracker'
                  target:str  # 'Class.method' to set
                 ):
-    "Decorator: set `target` of `module` to the function once `module` is imported (now, if it is); fastai's own is kept in `fastai_stock`"
+    "Decorator: make the function `module`'s `target` once imported"
     cls_name, name = target.split('.')
     def deco(f):
         def apply():
@@ -52,17 +52,17 @@ def fitting(learn:Learner) -> bool:
     return learn in _fits
 
 def training_fit(learn:Learner) -> bool:
-    "Is `learn` inside a `fit` that trains: not `lr_find`'s mock one, not outside `fit`?"
+    "Is `learn` inside a training `fit`, not `lr_find`'s?"
     return fitting(learn) and not hasattr(learn, 'lr_finder')
 
 def at_fit_end(learn:Learner, close):
-    "Call `close()` when `learn`'s current `fit` ends, however it ends"
+    "Call `close()` when `learn`'s current `fit` ends"
     _fits[learn].append(close)
 
 # %% ../nbs/04_callbacks.ipynb #d05f3c17
 @patch
 def fit(self:Learner, n_epoch, lr=None, wd=None, cbs=None, reset_opt=False, start_epoch=0):
-    "fastai's `fit`, marked as running for `fitting`; however it ends, what was registered with `at_fit_end` is closed"
+    "fastai's `fit`, marking its span for `fitting` and `at_fit_end`"
     if fitting(self): return fastai_stock['Learner.fit'](self, n_epoch, lr=lr, wd=wd, cbs=cbs, reset_opt=reset_opt, start_epoch=start_epoch)
     _fits[self] = []
     try: return fastai_stock['Learner.fit'](self, n_epoch, lr=lr, wd=wd, cbs=cbs, reset_opt=reset_opt, start_epoch=start_epoch)
@@ -78,7 +78,7 @@ def tracker_call(self, event_name):
 # %% ../nbs/04_callbacks.ipynb #3084b4a2
 @patch_fastai('fastai.callback.tracker', 'TrackerCallback.after_epoch')
 def tracker_after_epoch(self):
-    "Compare the last value to the best up to now on rank 0; every rank takes rank 0's `best` and `new_best`"
+    "Take rank 0's `best` and `new_best` on every rank"
     val = self.recorder.values[-1][self.idx]
     new_best = bool(self.comp(val - self.min_delta, self.best))
     self.best,self.new_best = agree((val if new_best else self.best, new_best))
@@ -86,7 +86,7 @@ def tracker_after_epoch(self):
 # %% ../nbs/04_callbacks.ipynb #fefefd90
 @patch_fastai('fastai.callback.tracker', 'SaveModelCallback._load_best')
 def save_model_load_best(self):
-    "Load the best model on every rank if rank 0 has its file; else warn on every rank"
+    "Load the best model on every rank, or warn if none"
     file = self.path/self.model_dir/f'{self.fname}.pth'
     file, exists = agree((file, file.exists()))
     if exists: return self.learn.load(self.fname, with_opt=self.with_opt)
@@ -97,20 +97,20 @@ def save_model_load_best(self):
 # %% ../nbs/04_callbacks.ipynb #003892a6
 @patch_fastai('fastai.callback.tracker', 'SaveModelCallback.after_fit')
 def save_model_after_fit(self, **kwargs):
-    "Save the model (`at_end`) or load the best one, the same on every rank"
+    "Save the model (`at_end`) or load the best one"
     if self.at_end: self._save(f'{self.fname}')
     elif not self.every_epoch: self._load_best()
 
 # %% ../nbs/04_callbacks.ipynb #ab42f881
 @patch_fastai('fastai.callback.tracker', 'TerminateOnNaNCallback.after_batch')
 def terminate_on_nan_after_batch(self):
-    "Stop training on every rank when the loss is NaN or infinite on any rank"
+    "Stop every rank when any rank's loss is NaN or infinite"
     if any_rank(bool(torch.isinf(self.loss) or torch.isnan(self.loss))): raise CancelFitException
 
 # %% ../nbs/04_callbacks.ipynb #34080eb8
 @patch_fastai('fastai.callback.schedule', 'LRFinder.before_fit')
 def lr_finder_before_fit(self):
-    "Save the weights to a temporary folder that rank 0 creates and names; under DDP, ask for enough epochs for `num_it` batches"
+    "Save the weights to a temporary folder rank 0 names"
     from fastai.callback.schedule import LRFinder
     super(LRFinder, self).before_fit()
     if coordinating(): self.learn.n_epoch = max(self.n_epoch, self.num_it//len(self.dls.train) + 1)
@@ -122,7 +122,7 @@ def lr_finder_before_fit(self):
 # %% ../nbs/04_callbacks.ipynb #5bb7fde9
 @patch_fastai('fastai.callback.schedule', 'LRFinder.after_batch')
 def lr_finder_after_batch(self):
-    "Record this batch's hyper-parameters; stop when rank 0's loss diverges, or after `num_it` batches"
+    "Record this batch; stop when rank 0's loss diverges"
     from fastai.callback.schedule import LRFinder
     super(LRFinder, self).after_batch()
     if self.smooth_loss < self.best_loss: self.best_loss = self.smooth_loss
@@ -132,7 +132,7 @@ def lr_finder_after_batch(self):
 # %% ../nbs/04_callbacks.ipynb #b89a92f6
 @patch_fastai('fastai.callback.schedule', 'LRFinder.after_fit')
 def lr_finder_after_fit(self):
-    "Load the weights saved before the mock training on every rank; rank 0 removes the temporary folder"
+    "Put the weights back on every rank"
     self.learn.opt.zero_grad()
     tmp = self.path/self.model_dir/self.tmp_p
     if agree((tmp/'_tmp.pth').exists()): self.learn.load(f'{self.tmp_p}/_tmp', with_opt=True)
@@ -141,7 +141,7 @@ def lr_finder_after_fit(self):
 # %% ../nbs/04_callbacks.ipynb #9e8b73e7
 @patch
 def after_batch(self:GatherPredsCallback):
-    "Keep predictions, targets and maybe losses; write `save_preds`/`save_targs` files once, on rank 0, atomically"
+    "fastai's, writing `save_preds`/`save_targs` files atomically on rank 0"
     if not hasattr(self, 'pred'): return
     preds,targs = self.learn.to_detach(self.pred),self.learn.to_detach(self.yb)
     if self.with_preds: self.preds.append(preds)
@@ -156,12 +156,12 @@ def after_batch(self:GatherPredsCallback):
 # %% ../nbs/04_callbacks.ipynb #d8f9906c
 def _append_line(file,      # A file open for writing
                  line:str): # One line of text, without its newline
-    "Append `line` to `file` and flush it to disk, as fastai's `CSVLogger` does"
+    "Append `line` to `file` and fsync it"
     file.write(line + '\n'); file.flush(); os.fsync(file.fileno())
 
 @patch_fastai('fastai.callback.progress', 'CSVLogger.before_fit')
 def csv_logger_before_fit(self):
-    "Open the log and write its header on rank 0 only; every rank keeps its lines through `_write_line`"
+    "Open the log and write its header, on rank 0 only"
     if hasattr(self, "gather_preds"): return
     self.file,self.lines = None,[]
     def _open():
@@ -173,13 +173,13 @@ def csv_logger_before_fit(self):
 
 @patch_fastai('fastai.callback.progress', 'CSVLogger._write_line')
 def csv_logger_write_line(self, log):
-    "Keep a line with `log` for rank 0 to write, and call the old logger"
+    "Keep `log`'s line for rank 0; call the old logger"
     self.lines.append(','.join([str(t) for t in log]))
     self.old_logger(log)
 
 @patch_fastai('fastai.callback.progress', 'CSVLogger._flush_lines')
 def csv_logger_flush_lines(self, close:bool=False): # Close the file afterwards?
-    "Append rank 0's lines to the log on rank 0; every rank returns once they are on disk"
+    "Append the kept lines to the log on rank 0"
     lines,self.lines = self.lines,[]
     def _write():
         for line in lines: _append_line(self.file, line)
@@ -194,7 +194,7 @@ def csv_logger_after_epoch(self):
 
 @patch_fastai('fastai.callback.progress', 'CSVLogger.after_fit')
 def csv_logger_after_fit(self):
-    "Write what is left and close the log on rank 0; every rank returns once it is complete"
+    "Write the last lines and close the log on rank 0"
     if hasattr(self, "gather_preds"): return
     self._flush_lines(close=True)
     self.learn.logger = self.old_logger

@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/checkpoint.html.md"""
 
 # %% ../nbs/08_checkpoint.ipynb #b489a2a4
 from __future__ import annotations
-import sys, random, signal, threading, warnings, weakref
+import sys, time, random, signal, threading, warnings, weakref
 from pathlib import Path
 import numpy as np, torch
 import safetensors.torch as st
@@ -27,26 +27,28 @@ from .learner import fastai_safe_globals, CheckpointMismatch, fastai_stock
 from .callbacks import training_fit, at_fit_end, patch_fastai
 
 def _loaded(module:str, name:str):
-    "Class `name` of fastai's `module` if the program imported it, else `()` (which `isinstance` never matches)"
+    "Class `name` of fastai's `module` if imported, else `()`"
     return getattr(sys.modules.get(module), name, ())
 
 # %% auto #0
 __all__ = ['step_lock', 'model_weights', 'load_weights', 'rng_state', 'set_rng_state', 'RunState', 'run_state', 'model_signature',
            'optimizer_signature', 'fit_method', 'fit_signature', 'setup_signature', 'setup_changes', 'ModelState',
-           'RecorderState', 'TrackerState', 'LoaderState', 'RNGState', 'CheckpointCallback']
+           'OptimizerState', 'RecorderState', 'TrackerState', 'LoaderState', 'RNGState', 'training_parts',
+           'checkpoint_files', 'best_checkpoint', 'choose_checkpoint', 'read_checkpoint_file', 'check_setup',
+           'resume_message', 'claim_checkpoints', 'CheckpointCallback']
 
 # %% ../nbs/08_checkpoint.ipynb #9f2b6736
 _locks, _locks_guard = weakref.WeakKeyDictionary(), threading.Lock()
 
 def step_lock(learn:Learner) -> threading.RLock:
-    "The lock held around `learn`'s optimizer step"
+    "The lock around `learn`'s optimizer step"
     with _locks_guard:
         if learn not in _locks: _locks[learn] = threading.RLock()
         return _locks[learn]
 
 @patch
 def _do_grad_opt(self:Learner):
-    "Backward, then the optimizer step under `step_lock`, then zero the gradients"
+    "fastai's backward and step, the step under `step_lock`"
     self._with_events(self._backward, 'backward', CancelBackwardException)
     with step_lock(self): self._with_events(self._step, 'step', CancelStepException)
     self.opt.zero_grad()
@@ -62,7 +64,7 @@ def model_weights(model) -> dict:
     return out
 
 def load_weights(model, weights:dict, file):
-    "Load `weights` into the unwrapped `model`; `CheckpointMismatch` naming `file` if they do not fit"
+    "Load `weights` from `file` into the unwrapped `model`"
     m = get_model(model)
     tied = set(m.state_dict()) - set(model_weights(m))
     try: missing, unexpected = m.load_state_dict(weights, strict=False)
@@ -76,7 +78,7 @@ def load_weights(model, weights:dict, file):
 def snapshot(self:Learner,
              buffers:StateBuffers|None=None # Buffers to refill; new ones when `None`
             ) -> dict:
-    "A CPU copy of the model and optimizer state from one step boundary; safe to call from another thread during `fit`"
+    "A CPU copy of the model and optimizer at one step boundary"
     with step_lock(self):
         state = dict(model=model_weights(self.model), opt=self.opt.state_dict() if self.opt is not None else None)
         return (buffers or StateBuffers()).copy(state)
@@ -98,7 +100,7 @@ def set_rng_state(s:dict):
 
 # %% ../nbs/08_checkpoint.ipynb #b682e5bd
 class RunState:
-    "What a learner's checkpointed run carries from one `fit` to the next, and what a resume hands to fastai's loops"
+    "What a checkpointed run carries between fits"
     def __init__(self):
         self.fits,self.steps = 0,0            # fits begun, optimizer steps done, over the script's fits
         self.fits_left,self.stopped = 0,False # fits still to come in this `fine_tune`; a stop request ended one of them
@@ -107,14 +109,14 @@ class RunState:
 _runs = weakref.WeakKeyDictionary()
 
 def run_state(learn:Learner) -> RunState:
-    "`learn`'s `RunState`; kept beside the learner, so that `export` never pickles it"
+    "`learn`'s `RunState`, kept beside the learner"
     if learn not in _runs: _runs[learn] = RunState()
     return _runs[learn]
 
 # %% ../nbs/08_checkpoint.ipynb #15a777e8
 @patch
 def _do_fit(self:Learner):
-    "fastai's epoch loop, starting at the epoch a resume asks for"
+    "fastai's epoch loop, from a resume's epoch"
     run = run_state(self)
     start, run.start_epoch = run.start_epoch, 0
     if start and (bar := getattr(getattr(self, 'progress', None), 'mbar', None)): bar.update(0)  # fastprogress must start at 0
@@ -124,7 +126,7 @@ def _do_fit(self:Learner):
 
 @patch
 def all_batches(self:Learner):
-    "fastai's batch loop, drawing and dropping the batches a resume says were done"
+    "fastai's batch loop, skipping a resume's done batches"
     self.n_iter = len(self.dl)
     run = run_state(self)
     (skip, at_resume_point), run.skip = (run.skip or (0, None)), None
@@ -136,24 +138,24 @@ def all_batches(self:Learner):
 
 # %% ../nbs/08_checkpoint.ipynb #59b72fe8
 def _base_dl(dl):
-    "The `DataLoader` whose generator shuffles: the one inside fastai's `DistributedDL`, if `fastai.distributed` is in use"
+    "The `DataLoader` whose generator shuffles `dl`'s batches"
     ddl = getattr(sys.modules.get('fastai.distributed'), 'DistributedDL', ())
     return dl.dl if isinstance(dl, ddl) else dl
 
 # %% ../nbs/08_checkpoint.ipynb #28b6d383
 def _name(f) -> str:
-    "A readable name for a function, a partial or an object"
+    "A readable name for a function, partial or object"
     f = getattr(f, 'func', f)
     return getattr(f, '__name__', type(f).__name__)
 
 def model_signature(model) -> dict:
-    "The model's structure: its module classes, and the names, shapes and types of its weights"
+    "The model's module classes and weight shapes"
     m = get_model(model)
     return dict(modules=[type(o).__name__ for o in m.modules()],
                 weights={k: [list(v.shape), str(v.dtype).replace('torch.', '')] for k,v in m.state_dict().items()})
 
 def optimizer_signature(learn:Learner) -> dict:
-    "The optimizer: the name of `opt_func`, the steps it is made of, its hyper-parameter names"
+    "The optimizer's name, steps and hyper-parameter names"
     opt = learn.opt
     steps = [type(opt.opt).__name__] if isinstance(opt, OptimWrapper) else [_name(f) for f in opt.cbs]
     return dict(name=_name(learn.opt_func), steps=steps, hypers=sorted(opt.hypers[0]) if len(opt.hypers) else [])
@@ -162,7 +164,7 @@ def optimizer_signature(learn:Learner) -> dict:
 _FIT_METHODS = ('fine_tune', 'fit_one_cycle', 'fit_flat_cos', 'fit_sgdr', 'fit')
 
 def fit_method(learn:Learner) -> str:
-    "The `Learner` method the user called for this fit: the outermost of fastai's fit methods of `learn` on the stack"
+    "The `Learner` fit method the user called"
     name, f = 'fit', sys._getframe(1)
     while f is not None:
         if f.f_code.co_name in _FIT_METHODS and f.f_locals.get('self') is learn: name = f.f_code.co_name
@@ -170,13 +172,13 @@ def fit_method(learn:Learner) -> str:
     return name
 
 def fit_signature(learn:Learner) -> dict:
-    "How this fit was called: the method, its epochs, and each scheduled hyper-parameter at 0, 25, 50, 75 and 100%"
+    "How this fit was called: method, epochs, schedule"
     scheds = {h: [np.asarray(f(p), dtype=float).round(12).tolist() for p in (0., .25, .5, .75, 1.)]
               for cb in learn.cbs if isinstance(cb, _loaded('fastai.callback.schedule', 'ParamScheduler')) for h, f in cb.scheds.items()}
     return dict(method=fit_method(learn), n_epoch=learn.n_epoch, schedule=scheds)
 
 def setup_signature(learn:Learner) -> dict:
-    "What a resume must find unchanged: the model, the optimizer, how fit was called"
+    "The model, optimizer and fit a resume must match"
     return dict(model=model_signature(learn.model), optimizer=optimizer_signature(learn), fit=fit_signature(learn))
 
 # %% ../nbs/08_checkpoint.ipynb #8a75fb36
@@ -192,13 +194,13 @@ def _fit_words(f:dict) -> str:
     return f"{f['method']} of {f['n_epoch']} epochs{peak}" if f['schedule'] else f"{f['method']} without a schedule"
 
 def _same_fit(a:dict, b:dict) -> bool:
-    "Two fit signatures that train alike: plain fits with any number of epochs, or the same scheduled fit"
+    "Do two fit signatures train alike?"
     if not a['schedule'] and not b['schedule']: return True
     return (a['method'], a['n_epoch'], sorted(a['schedule'])) == (b['method'], b['n_epoch'], sorted(b['schedule'])) and \
         all(np.allclose(a['schedule'][h], b['schedule'][h], rtol=1e-6, atol=0) for h in a['schedule'])
 
 def setup_changes(saved:dict, now:dict) -> dict:
-    "What differs between the setup a checkpoint was saved with and this fit's: {part: (saved, now)} in words"
+    "What differs between two setups, in words"
     out = {}
     if saved['model'] != now['model']: out['model'] = (_model_words(saved['model']), _model_words(now['model']))
     if saved['optimizer'] != now['optimizer']: out['optimizer'] = (_optimizer_words(saved['optimizer']), _optimizer_words(now['optimizer']))
@@ -216,8 +218,14 @@ class ModelState:
     def state_dict(self) -> dict: return model_weights(self.learn.model)
     def load_state_dict(self, d:dict, file='the checkpoint'): load_weights(self.learn.model, d, file)
 
+class OptimizerState:
+    "fastai's optimizer: each parameter's state, and the hyper-parameters"
+    def __init__(self, learn:Learner): self.learn = learn
+    def state_dict(self) -> dict: return self.learn.opt.state_dict()
+    def load_state_dict(self, d:dict): self.learn.opt.load_state_dict(d)
+
 class RecorderState:
-    "fastai's `Recorder`: the losses, learning rates and metrics so far, as plain values"
+    "fastai's `Recorder` history, as plain values"
     def __init__(self, learn:Learner): self.learn = learn
     def state_dict(self) -> dict:
         rec = self.learn.recorder
@@ -229,7 +237,7 @@ class RecorderState:
         rec.smooth_loss.count, rec.smooth_loss.val = d['smooth'][0], torch.tensor(d['smooth'][1])
 
 class TrackerState:
-    "Each `TrackerCallback`'s best value, and how long those that wait have waited"
+    "Each `TrackerCallback`'s best value and wait"
     def __init__(self, learn:Learner): self.learn = learn
     def trackers(self) -> list: return [cb for cb in self.learn.cbs if isinstance(cb, _loaded('fastai.callback.tracker', 'TrackerCallback'))]
     def state_dict(self) -> list: return [dict(best=_plain(cb.best), wait=getattr(cb, 'wait', None)) for cb in self.trackers()]
@@ -239,7 +247,7 @@ class TrackerState:
             if t['wait'] is not None: cb.wait = t['wait']
 
 class LoaderState:
-    "The loaders' shuffle generators; inside an epoch, the training one as the epoch found it"
+    "The loaders' shuffle generators"
     def __init__(self, learn:Learner): self.learn,self.epoch_start = learn,None
     def begin_epoch(self): self.epoch_start = _base_dl(self.learn.dl).rng.getstate()
     def end_epoch(self): self.epoch_start = None
@@ -255,16 +263,97 @@ class RNGState:
     def state_dict(self) -> list: return all_ranks(rng_state())
     def load_state_dict(self, d:list): set_rng_state(d[rank()])
 
+# %% ../nbs/08_checkpoint.ipynb #9de53321
+def training_parts(learn:Learner) -> dict:
+    "Every part of the state a checkpoint holds"
+    return dict(model=ModelState(learn), optimizer=OptimizerState(learn), recorder=RecorderState(learn),
+                trackers=TrackerState(learn), loaders=LoaderState(learn), rng=RNGState())
+
+def checkpoint_files(weights:dict, opt_state:dict, state:dict, rngs:list) -> dict:
+    "The files of a checkpoint, each with its writer"
+    return {'model.safetensors': lambda p: st.save_file({k: v.contiguous() for k,v in weights.items()}, str(p)),
+            'optimizer.pt': torch_writer(opt_state), 'state.pt': torch_writer(state), 'rng.pt': torch_writer(rngs)}
+
+# %% ../nbs/08_checkpoint.ipynb #b3e29e9b
+def best_checkpoint(root:Path, # The checkpoints folder
+                    comp       # `np.less` or `np.greater`: is the first value better than the second?
+                   ) -> Path|None:
+    "The complete checkpoint with the best metric"
+    scored = [(read_manifest(p).get('metric'), p) for p in checkpoints(root) if checkpoint_status(p, checksums=False) == 'complete']
+    best = None
+    for m, p in scored:
+        if m is not None and (best is None or comp(m, best[0])): best = (m, p)
+    return None if best is None else best[1]
+
+# %% ../nbs/08_checkpoint.ipynb #e26612c9
+def choose_checkpoint(root:Path) -> tuple:
+    "Clean up, then the newest complete checkpoint, its manifest, what was skipped"
+    clean_incomplete(root)
+    skipped = []
+    ck = newest_complete(root, skipped=skipped)
+    return (ck, read_manifest(ck) if ck else None, [(str(p), why) for p, why in skipped])
+
+def read_checkpoint_file(ck:Path, # A checkpoint folder
+                         name:str, # One of its files
+                         **kwargs  # Passed to `safe_load`
+                        ):
+    "Read a file of checkpoint `ck` safely, on every rank"
+    try:
+        with torch.serialization.safe_globals(fastai_safe_globals()): return safe_load(ck/name, **kwargs)
+    except UnsafePickleError as e:
+        raise UnsafePickleError(f'{ck/name}: refusing to unpickle it, it would import or run code, which no file ddpsafe writes does: '
+                                f'it was replaced or written by something else. Check the folder with `ddpsafe-verify {ck.parent}`, '
+                                'then remove that checkpoint, or start afresh with another `path` or `resume=False`') from e
+
+# %% ../nbs/08_checkpoint.ipynb #998d3095
+def check_setup(ck:Path,       # The checkpoint
+                saved:dict|None, # The setup it was saved with; `None` for checkpoints older than setups
+                now:dict,      # This fit's `setup_signature`
+                accept=()      # What may differ on purpose: any of 'model', 'optimizer', 'fit'
+               ) -> set:
+    "The accepted changes from `ck`'s setup; refuse the rest"
+    if saved is None: return set()
+    changes = setup_changes(saved, now)
+    if refused := {k: v for k, v in changes.items() if k not in accept}:
+        raise CheckpointMismatch(f'{ck} was saved by another setup than this fit has: '
+            + '; '.join(f'{k}: {a} in the checkpoint, {b} now' for k, (a, b) in refused.items())
+            + f'. Resuming would not continue the run that saved it. To make this change on purpose, pass '
+            f'`CheckpointCallback(accept_changes={tuple(refused)!r})`; to start afresh, use another `path` or `resume=False`')
+    if changes and is_main():
+        print(f'ddpsafe: resuming {ck} with the changes you accepted: ' + '; '.join(f'{k}: {a} -> {b}' for k, (a, b) in changes.items()))
+    return set(changes)
+
+def resume_message(ck:Path, state:dict, n_epoch:int, n_batches:int) -> str:
+    "What a resume from `ck` did, in words"
+    if state['epoch_done'] and state['epoch']+1 >= n_epoch:
+        return (f'ddpsafe: this fit already finished in {ck} (step {state["global_step"]}): loaded its weights, nothing left to train. '
+                'To train again from the start, use another `path` or `resume=False`')
+    where = (f'the end of epoch {state["epoch"]}' if state['epoch_done'] else
+             f'epoch {state["epoch"]}, after training batch {state["iter"]} of {n_batches}')
+    return f'ddpsafe: resumed from {ck} at {where} (step {state["global_step"]})'
+
+# %% ../nbs/08_checkpoint.ipynb #4eb33bd5
+def claim_checkpoints(root:Path):
+    "Claim `root` for this run, on rank 0"
+    try: return on_main(claim_folder, root)
+    except OSError as e:
+        if e.strerror is None: raise       # `FolderInUse`, with its own message
+        raise OSError(e.errno, f'{root}: cannot write in this checkpoints folder ({e.strerror}); a run must own its folder '
+                      'to save, rotate and clean it up. The checkpoints in it are unchanged: make it writable, or give '
+                      '`CheckpointCallback` another `path`') from e
+
 # %% ../nbs/08_checkpoint.ipynb #c3df44dd
 _CHANGES = ('model', 'optimizer', 'fit')
+_NOT_ASKED = dict(save=False, stop=False, signal=False, timer=False)
 
 class CheckpointCallback(Callback):
-    "Save the whole training state resumably, at epoch and step boundaries and when asked to stop; resume from it"
+    "Save the whole training state, and resume from it"
     order = 65   # after the recorder, the schedulers and the trackers have seen the batch or epoch
     def __init__(self,
                  path='checkpoints',  # Folder of checkpoints, relative to `learn.path`
                  every_epoch:int|None=1,   # Save every this many epochs; `None`: never
                  every_steps:int|None=None, # Save every this many optimizer steps; `None`: never
+                 every_seconds:float|None=None, # Also save when this much wall time has passed since the last save
                  keep:int=3,          # Keep the newest this many complete checkpoints, and the best one
                  async_save:bool=False, # Copy at the step boundary, write in a background thread
                  resume:bool=True,    # Start from the newest complete checkpoint in `path`
@@ -282,276 +371,189 @@ class CheckpointCallback(Callback):
         self.stops = self.writer = self.state_buffers = self.parts = self.claim = None
 
     def __call__(self, event_name):
-        "Run the event, inside a training `fit` only: `validate`, `get_preds` and `lr_find` save nothing"
+        "Run the event inside a training `fit` only"
         if training_fit(self.learn) and callable(event := getattr(self, event_name, None)): return event()
 
-# %% ../nbs/08_checkpoint.ipynb #46ba7b62
-@patch
-def _position(self:CheckpointCallback) -> dict:
-    "Where the run is: a step boundary inside an epoch, or the end of an epoch"
-    done = not self.in_train
-    return dict(epoch=self.epoch, iter=self.n_iter if done else self.iter+1, epoch_done=done, train_iter=self.train_iter,
-                pct_train=self.pct_train, n_epoch=self.n_epoch, fit_steps=self.fit_steps,
-                global_step=self.steps_before+self.fit_steps, fit=self.fit_idx)
+    # ---- a fit's beginning and end
+    def before_fit(self):
+        "Claim the folder, start this fit's helpers, resume"
+        run = run_state(self.learn)
+        self.root = prepare_dir(Path(self.learn.path)/self.path)
+        self.claim = claim_checkpoints(self.root)
+        at_fit_end(self.learn, self._close)
+        self.fit_idx, run.fits = run.fits, run.fits + 1
+        self.steps_before, self.fit_steps, self.setup = run.steps, 0, setup_signature(self.learn)
+        self.parts = training_parts(self.learn)
+        self.last_pos, self.stopped_by, self.skipped_fit, self.ran_epoch, self.in_train = None, None, False, False, False
+        self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(_NOT_ASKED), False, False, False
+        self.last_save, self.timer_raised = time.monotonic(), False
+        self.writer, self.state_buffers = (AsyncWriter(), StateBuffers()) if self.async_save else (None, None)
+        self.stops = StopRequests(self.signals, self.root, self.save_switch, self.stop_switch).install()
+        if run.fits_left and run.stopped:
+            self.skipped_fit = True
+            raise CancelFitException()      # a stop request ended an earlier fit of this `fine_tune`: the rest waits for the resume
+        if self.resume: self._resume()
 
-@patch
-def _state(self:CheckpointCallback) -> dict:
-    "`state.pt`: the position, the recorder, trackers and loaders, and the setup it was saved with"
-    p = self.parts
-    return dict(**self._position(), world_size=world(), setup=self.setup, recorder=p['recorder'].state_dict(),
-                trackers=p['trackers'].state_dict(), dl_rng=p['loaders'].state_dict(),
-                versions=dict(torch=str(torch.__version__), fastai=fastai.__version__, ddpsafe=ddpsafe.__version__))
+    def after_fit(self):
+        "Save the fit's end; after a signal, exit"
+        run = run_state(self.learn)
+        try:
+            if self.ran_epoch: self.save('end', finished=run.fits_left <= 1)
+            self._settle()
+        finally:
+            self.stops.uninstall()
+            run.steps, run.fits_left = self.steps_before + self.fit_steps, max(run.fits_left - 1, 0)
+        if self.stopped_by == 'signal' and self.exit_code is not None: raise SystemExit(self.exit_code)
 
-# %% ../nbs/08_checkpoint.ipynb #9de53321
-def _writers(weights:dict, opt_state, state:dict, rngs:list) -> dict:
-    "The files of a checkpoint, each with its writer"
-    # the weights stream to disk: no second copy of them in memory, at the price of one read-back for the checksum
-    return {'model.safetensors': lambda p: st.save_file({k: v.contiguous() for k,v in weights.items()}, str(p)),
-            'optimizer.pt': torch_writer(opt_state), 'state.pt': torch_writer(state), 'rng.pt': torch_writer(rngs)}
+    def _close(self):
+        "Release what this fit opened, however it ended"
+        if self.stops is not None: self.stops.uninstall(wait=False)
+        if self.writer is not None and (err := self.writer.wait()) is not None:
+            warnings.warn(f'ddpsafe: the background checkpoint write failed too: {err}')
+        if self.claim is not None: self.claim.release()      # rank 0's; the other ranks hold inactive copies
+        self.stops = self.writer = self.state_buffers = self.parts = self.claim = None
 
-@patch
-def _commit(self:CheckpointCallback, step:int, files:dict, meta:dict) -> Path:
-    "Write the checkpoint, then rotate: rank 0 only, while this run still owns the folder"
-    self.claim.check()
-    ck = write_checkpoint(self.root, step, files, meta)
-    rotate(self.root, self.keep, best=self._best(), written=ck)   # `ck`'s checksums were taken as it was written
-    return ck
+    # ---- when to save
+    def before_epoch(self): self.ran_epoch = True
+    def before_train(self): self.in_train = True; self.parts['loaders'].begin_epoch()
+    def after_train(self): self.in_train = False; self.parts['loaders'].end_epoch()
+    def before_batch(self): self.stepped = False
+    def before_step(self): self.stepped = True
+    def after_cancel_step(self): self.stepped = False
 
-@patch
-def _best(self:CheckpointCallback):
-    "The checkpoint with the best monitored value, if any has one"
-    scored = [(read_manifest(p).get('metric'), p) for p in checkpoints(self.root) if checkpoint_status(p, checksums=False) == 'complete']
-    scored = [(m, p) for m, p in scored if m is not None]
-    if not scored: return None
-    best = scored[0]
-    for m, p in scored[1:]:
-        if self.comp(m, best[0]): best = (m, p)
-    return best[1]
+    def after_batch(self):
+        "Poll the requests; save and stop at optimizer steps"
+        if not self.training: return
+        timer = is_main() and not self.timer_raised and self.every_seconds is not None and time.monotonic()-self.last_save >= self.every_seconds
+        self.timer_raised |= timer
+        self.asked = {k: v or self.asked[k] for k, v in self.stops.poll(timer=timer).items()}
+        self.pending_grads = not self.stepped
+        if not self.stepped: return          # inside an accumulation window: wait for its optimizer step
+        self.fit_steps += 1
+        asked, self.asked = self.asked, dict(_NOT_ASKED)
+        if reason := self.save_reason(asked):
+            self.save(reason, stop=asked['stop'])
+            self.epoch_due = False
+        if asked['timer']: self.timer_raised = False   # rank 0 may raise the next one
+        if asked['stop']:
+            self.stopped_by, run_state(self.learn).stopped = 'signal' if asked['signal'] else 'switch', True
+            if is_main(): print(f'ddpsafe: stopping at step {self.steps_before+self.fit_steps} after a {self.stopped_by}; checkpoint saved in {self.root}')
+            raise CancelFitException()
 
-# %% ../nbs/08_checkpoint.ipynb #b3e29e9b
-@patch
-def _settle(self:CheckpointCallback):
-    "Wait for the background write in flight; its error, raised on every rank"
-    def wait():
-        if self.writer is not None and (err := self.writer.wait()) is not None: raise err
-    on_main(wait)
+    def save_reason(self, asked:dict # The agreed requests: `save`, `stop`, `signal`, `timer`
+                   ) -> str|None:
+        "Why this optimizer step is saved, or `None`"
+        if asked['signal']: return 'signal'
+        if asked['save']: return 'switch'
+        if self.epoch_due: return 'epoch'
+        if asked['timer']: return 'time'
+        if self.every_steps and self.fit_steps % self.every_steps == 0: return 'steps'
+        return None
 
-@patch
-def save(self:CheckpointCallback,
-         reason:str='request', # Why: 'epoch', 'steps', 'end', 'signal', 'switch'... (recorded in the manifest)
-         stop:bool=False,      # Does the run stop after this checkpoint (a signal or the stop switch)?
-         finished:bool=False   # Is this the normal end of the run's last fit?
-        ) -> bool:
-    "Save a checkpoint of this step boundary on every rank (rank 0 writes); False when this position is already saved"
-    pos = self._position()
-    if (pos['global_step'], pos['epoch_done']) == self.last_pos: return False
-    self._settle()
-    rngs, state = self.parts['rng'].state_dict(), self._state()
-    meta = dict(epoch=pos['epoch'], iter=pos['iter'], epoch_done=pos['epoch_done'], fit=pos['fit'], reason=reason, stop=stop,
-                finished=finished, world_size=world(), monitor=self.monitor, comp=_name(self.comp),
-                metric=self._metric() if pos['epoch_done'] else None)
-    if not self.async_save:
-        snap = dict(model=self.parts['model'].state_dict(), opt=self.opt.state_dict())
-        on_main(self._commit, pos['global_step'], _writers(snap['model'], snap['opt'], state, rngs), meta)
-    elif is_main():
-        snap = self.learn.snapshot(self.state_buffers)
-        self.writer.submit(lambda: self._commit(pos['global_step'], _writers(snap['model'], snap['opt'], state, rngs), meta))
-    self.last_pos = (pos['global_step'], pos['epoch_done'])
-    return True
+    def after_epoch(self):
+        "Save every `every_epoch` epochs"
+        if not (self.every_epoch and (self.epoch+1) % self.every_epoch == 0): return
+        if self.pending_grads: self.epoch_due = True
+        else: self.save('epoch', finished=self.epoch+1 == self.n_epoch and run_state(self.learn).fits_left <= 1)
 
-@patch
-def _metric(self:CheckpointCallback):
-    "The monitored value of the last epoch, as rank 0 recorded it"
-    names = list(self.learn.recorder.metric_names[1:])
-    if self.monitor not in names or not self.learn.recorder.values: return None
-    return _plain(self.learn.recorder.values[-1][names.index(self.monitor)])
+    # ---- saving
+    def position(self) -> dict:
+        "Where the run is, at a step or epoch boundary"
+        done = not self.in_train
+        return dict(epoch=self.epoch, iter=self.n_iter if done else self.iter+1, epoch_done=done, train_iter=self.train_iter,
+                    pct_train=self.pct_train, n_epoch=self.n_epoch, fit_steps=self.fit_steps,
+                    global_step=self.steps_before+self.fit_steps, fit=self.fit_idx)
 
-# %% ../nbs/08_checkpoint.ipynb #29be920e
-@patch
-def before_epoch(self:CheckpointCallback): self.ran_epoch = True
-@patch
-def before_train(self:CheckpointCallback): self.in_train = True; self.parts['loaders'].begin_epoch()
-@patch
-def after_train(self:CheckpointCallback): self.in_train = False; self.parts['loaders'].end_epoch()
-@patch
-def before_batch(self:CheckpointCallback): self.stepped = False
-@patch
-def before_step(self:CheckpointCallback): self.stepped = True
-@patch
-def after_cancel_step(self:CheckpointCallback): self.stepped = False
-
-@patch
-def after_batch(self:CheckpointCallback):
-    "Poll the stop requests; at an optimizer step, save when due or asked, and stop when asked"
-    if not self.training: return
-    req = self.stops.poll()
-    self.asked = {k: v or self.asked[k] for k, v in req.items()}
-    self.pending_grads = not self.stepped
-    if not self.stepped: return          # inside an accumulation window: wait for its optimizer step
-    self.fit_steps += 1
-    asked, self.asked = self.asked, dict(save=False, stop=False, signal=False)
-    due = self.every_steps and self.fit_steps % self.every_steps == 0
-    if asked['save'] or due or self.epoch_due:
-        self.save('signal' if asked['signal'] else 'switch' if asked['save'] else 'epoch' if self.epoch_due else 'steps', stop=asked['stop'])
-        self.epoch_due = False
-    if asked['stop']:
-        self.stopped_by, run_state(self.learn).stopped = 'signal' if asked['signal'] else 'switch', True
-        if is_main(): print(f'ddpsafe: stopping at step {self.steps_before+self.fit_steps} after a {self.stopped_by}; checkpoint saved in {self.root}')
-        raise CancelFitException()
-
-@patch
-def after_epoch(self:CheckpointCallback):
-    "Save every `every_epoch` epochs; inside an accumulation window, at its optimizer step"
-    if not (self.every_epoch and (self.epoch+1) % self.every_epoch == 0): return
-    if self.pending_grads: self.epoch_due = True
-    else: self.save('epoch')
-
-@patch
-def after_fit(self:CheckpointCallback):
-    run = run_state(self.learn)
-    try:
-        if self.ran_epoch: self.save('end', finished=run.fits_left <= 1)
+    def save(self,
+             reason:str='request', # Why: 'epoch', 'steps', 'time', 'end', 'signal', 'switch'... (recorded in the manifest)
+             stop:bool=False,      # Does the run stop after this checkpoint (a signal or the stop switch)?
+             finished:bool=False   # Is this the normal end of the run's last fit?
+            ) -> bool:
+        "Save this step boundary; `False` if already saved"
+        pos = self.position()
+        if (pos['global_step'], pos['epoch_done']) == self.last_pos: return False
         self._settle()
-    finally:
-        self.stops.uninstall()
-        run.steps, run.fits_left = self.steps_before + self.fit_steps, max(run.fits_left - 1, 0)
-    if self.stopped_by == 'signal' and self.exit_code is not None: raise SystemExit(self.exit_code)
+        p = self.parts
+        rngs = p['rng'].state_dict()
+        state = dict(**pos, world_size=world(), setup=self.setup, recorder=p['recorder'].state_dict(),
+                     trackers=p['trackers'].state_dict(), dl_rng=p['loaders'].state_dict(),
+                     versions=dict(torch=str(torch.__version__), fastai=fastai.__version__, ddpsafe=ddpsafe.__version__))
+        meta = dict(epoch=pos['epoch'], iter=pos['iter'], epoch_done=pos['epoch_done'], fit=pos['fit'], reason=reason, stop=stop,
+                    finished=finished, world_size=world(), monitor=self.monitor, comp=_name(self.comp),
+                    metric=self._metric() if pos['epoch_done'] else None)
+        if not self.async_save:
+            on_main(self._commit, pos['global_step'], checkpoint_files(p['model'].state_dict(), p['optimizer'].state_dict(), state, rngs), meta)
+        elif is_main():
+            snap = self.learn.snapshot(self.state_buffers)
+            self.writer.submit(lambda: self._commit(pos['global_step'], checkpoint_files(snap['model'], snap['opt'], state, rngs), meta))
+        self.last_pos, self.last_save = (pos['global_step'], pos['epoch_done']), time.monotonic()
+        return True
 
-# %% ../nbs/08_checkpoint.ipynb #cf3f6028
-@patch
-def _close(self:CheckpointCallback):
-    "Give the signals their handlers back, let the background write finish, and drop what belonged to this fit"
-    if self.stops is not None: self.stops.uninstall(wait=False)
-    if self.writer is not None and (err := self.writer.wait()) is not None:
-        warnings.warn(f'ddpsafe: the background checkpoint write failed too: {err}')
-    if self.claim is not None: self.claim.release()      # rank 0's; the other ranks hold inactive copies
-    self.stops = self.writer = self.state_buffers = self.parts = self.claim = None
+    def _commit(self, step:int, files:dict, meta:dict) -> Path:
+        "Write the checkpoint, then rotate (rank 0)"
+        self.claim.check()
+        ck = write_checkpoint(self.root, step, files, meta)
+        rotate(self.root, self.keep, best=best_checkpoint(self.root, self.comp), written=ck)   # `ck` was hashed as written
+        return ck
+
+    def _settle(self):
+        "Wait for the write in flight; raise its error everywhere"
+        def wait():
+            if self.writer is not None and (err := self.writer.wait()) is not None: raise err
+        on_main(wait)
+
+    def _metric(self):
+        "Rank 0's monitored value of the last epoch"
+        names = list(self.learn.recorder.metric_names[1:])
+        if self.monitor not in names or not self.learn.recorder.values: return None
+        return _plain(self.learn.recorder.values[-1][names.index(self.monitor)])
+
+    # ---- resuming
+    def _resume(self):
+        "Load this fit's newest checkpoint and go on from it"
+        ck, man, skipped = on_main(choose_checkpoint, self.root)
+        for p, why in skipped: warnings.warn(f'ddpsafe: skipping checkpoint {p}: {"; ".join(why)}')
+        if ck is None or man.get('fit', 0) < self.fit_idx: return
+        if man.get('fit', 0) > self.fit_idx:
+            self.skipped_fit = True
+            raise CancelFitException()
+        state = read_checkpoint_file(ck, 'state.pt')
+        if state['world_size'] != world():
+            raise CheckpointMismatch(f'{ck} was written by {state["world_size"]} ranks and this run has {world()}: '
+                                     'the data shards and random states would not match. Resume with the same number of ranks.')
+        device = next(get_model(self.model).parameters()).device
+        self.parts['model'].load_state_dict(read_checkpoint_file(ck, 'model.safetensors', map_location=device), ck/'model.safetensors')
+        changed = check_setup(ck, state.get('setup'), self.setup, self.accept_changes)
+        if 'optimizer' not in changed: self.parts['optimizer'].load_state_dict(read_checkpoint_file(ck, 'optimizer.pt', map_location=device))
+        self._restore(state, read_checkpoint_file(ck, 'rng.pt'), same_fit='fit' not in changed)
+        if is_main(): print(resume_message(ck, state, self.n_epoch, len(self.dls.train)))
+
+    def _restore(self, state:dict, rngs:list, same_fit:bool=True):
+        "Restore the state's parts and arm the loops"
+        p = self.parts
+        p['recorder'].load_state_dict(state['recorder']); p['trackers'].load_state_dict(state['trackers']); p['loaders'].load_state_dict(state['dl_rng'])
+        self.fit_steps = state.get('fit_steps', state['train_iter'])
+        self.steps_before = state['global_step'] - self.fit_steps
+        self.last_pos = (state['global_step'], state['epoch_done'])
+        self.learn.train_iter = state['train_iter']
+        run = run_state(self.learn)
+        if state['epoch_done']:
+            run.start_epoch = state['epoch'] + 1
+            p['rng'].load_state_dict(rngs)
+        else:
+            n_iter = len(self.dls.train)   # a changed fit: where the same batch falls in its schedule
+            pct = state['pct_train'] if same_fit else (state['epoch'] + state['iter']/n_iter) / self.n_epoch
+            def at_resume_point():
+                self.learn.pct_train, self.learn.train_iter = pct, state['train_iter']
+                p['rng'].load_state_dict(rngs)
+            run.start_epoch, run.skip = state['epoch'], (state['iter'], at_resume_point)
 
 # %% ../nbs/08_checkpoint.ipynb #729c0233
 @patch_fastai('fastai.callback.schedule', 'Learner.fine_tune')
 def learner_fine_tune(self, epochs, base_lr=2e-3, freeze_epochs=1, lr_mult=100, pct_start=0.3, div=5.0, **kwargs):
-    "fastai's `fine_tune`, whose second `fit` does not run after a stop request ended the first"
+    "fastai's `fine_tune`, stopped whole by a stop request"
     run = run_state(self)
     run.fits_left, run.stopped = 2, False
     try: return fastai_stock['Learner.fine_tune'](self, epochs, base_lr=base_lr, freeze_epochs=freeze_epochs, lr_mult=lr_mult,
                                                   pct_start=pct_start, div=div, **kwargs)
     finally: run.fits_left = 0
-
-# %% ../nbs/08_checkpoint.ipynb #e26612c9
-@patch
-def _choose(self:CheckpointCallback):
-    "Rank 0: clean up, then the newest complete checkpoint, its manifest, and what was skipped"
-    clean_incomplete(self.root)
-    skipped = []
-    ck = newest_complete(self.root, skipped=skipped)
-    return (ck, read_manifest(ck) if ck else None, [(str(p), why) for p, why in skipped])
-
-@patch
-def _read(self:CheckpointCallback, ck:Path, name:str, **kwargs):
-    "A file of checkpoint `ck`, read on every rank: tensors and plain values only"
-    try:
-        with torch.serialization.safe_globals(fastai_safe_globals()): return safe_load(ck/name, **kwargs)
-    except UnsafePickleError as e:
-        raise UnsafePickleError(f'{ck/name}: refusing to unpickle it, it would import or run code, which no file ddpsafe writes does: '
-                                f'it was replaced or written by something else. Check the folder with `ddpsafe-verify {ck.parent}`, '
-                                'then remove that checkpoint, or start afresh with another `path` or `resume=False`') from e
-
-# %% ../nbs/08_checkpoint.ipynb #998d3095
-@patch
-def _check_setup(self:CheckpointCallback, ck:Path, saved:dict|None) -> set:
-    "The changes from the setup `ck` was saved with that this fit makes; `CheckpointMismatch` unless they are accepted"
-    if saved is None: return set()     # saved before setups were recorded
-    changes = setup_changes(saved, self.setup)
-    if refused := {k: v for k, v in changes.items() if k not in self.accept_changes}:
-        raise CheckpointMismatch(f'{ck} was saved by another setup than this fit has: '
-            + '; '.join(f'{k}: {a} in the checkpoint, {b} now' for k, (a, b) in refused.items())
-            + f'. Resuming would not continue the run that saved it. To make this change on purpose, pass '
-            f'`CheckpointCallback(accept_changes={tuple(refused)!r})`; to start afresh, use another `path` or `resume=False`')
-    if changes and is_main():
-        print(f'ddpsafe: resuming {ck} with the changes you accepted: ' + '; '.join(f'{k}: {a} -> {b}' for k, (a, b) in changes.items()))
-    return set(changes)
-
-# %% ../nbs/08_checkpoint.ipynb #5ee79075
-@patch
-def _resume(self:CheckpointCallback):
-    "Load the newest complete checkpoint of this fit, if there is one, and set the loops to go on from it"
-    ck, man, skipped = on_main(self._choose)
-    for p, why in skipped: warnings.warn(f'ddpsafe: skipping checkpoint {p}: {"; ".join(why)}')
-    if ck is None or man.get('fit', 0) < self.fit_idx: return
-    if man.get('fit', 0) > self.fit_idx:
-        self.skipped_fit = True
-        raise CancelFitException()
-    state = self._read(ck, 'state.pt')
-    if state['world_size'] != world():
-        raise CheckpointMismatch(f'{ck} was written by {state["world_size"]} ranks and this run has {world()}: '
-                                 'the data shards and random states would not match. Resume with the same number of ranks.')
-    device = next(get_model(self.model).parameters()).device
-    self.parts['model'].load_state_dict(self._read(ck, 'model.safetensors', map_location=device), ck/'model.safetensors')
-    changed = self._check_setup(ck, state.get('setup'))
-    if 'optimizer' not in changed: self.opt.load_state_dict(self._read(ck, 'optimizer.pt', map_location=device))
-    self._restore(state, self._read(ck, 'rng.pt'), same_fit='fit' not in changed)
-    if is_main(): print(self._resume_message(ck, state))
-
-@patch
-def _resume_message(self:CheckpointCallback, ck:Path, state:dict) -> str:
-    "What the resume did, in words, counting training batches"
-    if state['epoch_done'] and state['epoch']+1 >= self.n_epoch:
-        return (f'ddpsafe: this fit already finished in {ck} (step {state["global_step"]}): loaded its weights, nothing left to train. '
-                'To train again from the start, use another `path` or `resume=False`')
-    where = (f'the end of epoch {state["epoch"]}' if state['epoch_done'] else
-             f'epoch {state["epoch"]}, after training batch {state["iter"]} of {len(self.dls.train)}')
-    return f'ddpsafe: resumed from {ck} at {where} (step {state["global_step"]})'
-
-# %% ../nbs/08_checkpoint.ipynb #7cf8b2f4
-@patch
-def _restore(self:CheckpointCallback, state:dict, rngs:list, same_fit:bool=True):
-    "Put the recorder, trackers, data order and counters where `state` says, and arm the loops to go on from there"
-    p = self.parts
-    p['recorder'].load_state_dict(state['recorder']); p['trackers'].load_state_dict(state['trackers']); p['loaders'].load_state_dict(state['dl_rng'])
-    self.fit_steps = state.get('fit_steps', state['train_iter'])
-    self.steps_before = state['global_step'] - self.fit_steps
-    self.last_pos = (state['global_step'], state['epoch_done'])
-    self.learn.train_iter = state['train_iter']
-    run = run_state(self.learn)
-    if state['epoch_done']:
-        run.start_epoch = state['epoch'] + 1
-        p['rng'].load_state_dict(rngs)
-    else:
-        n_iter = len(self.dls.train)   # a changed fit: where the same batch falls in its schedule
-        pct = state['pct_train'] if same_fit else (state['epoch'] + state['iter']/n_iter) / self.n_epoch
-        def at_resume_point():
-            self.learn.pct_train, self.learn.train_iter = pct, state['train_iter']
-            p['rng'].load_state_dict(rngs)
-        run.start_epoch, run.skip = state['epoch'], (state['iter'], at_resume_point)
-
-# %% ../nbs/08_checkpoint.ipynb #4eb33bd5
-@patch
-def _claim(self:CheckpointCallback):
-    "Own the folder for this run, on rank 0, before anything reads or cleans it; a folder it cannot write is an error on every rank"
-    try: return on_main(claim_folder, self.root)
-    except OSError as e:
-        if e.strerror is None: raise       # `FolderInUse`, with its own message
-        raise OSError(e.errno, f'{self.root}: cannot write in this checkpoints folder ({e.strerror}); a run must own its folder '
-                      'to save, rotate and clean it up. The checkpoints in it are unchanged: make it writable, or give '
-                      '`CheckpointCallback` another `path`') from e
-
-# %% ../nbs/08_checkpoint.ipynb #3c16ad0f
-@patch
-def before_fit(self:CheckpointCallback):
-    "Count this fit, start the stop requests and the writer, and resume if asked"
-    run = run_state(self.learn)
-    self.root = prepare_dir(Path(self.learn.path)/self.path)
-    self.claim = self._claim()
-    at_fit_end(self.learn, self._close)
-    self.fit_idx, run.fits = run.fits, run.fits + 1
-    self.steps_before, self.fit_steps, self.setup = run.steps, 0, setup_signature(self.learn)
-    self.parts = dict(model=ModelState(self.learn), recorder=RecorderState(self.learn), trackers=TrackerState(self.learn),
-                      loaders=LoaderState(self.learn), rng=RNGState())
-    self.last_pos, self.stopped_by, self.skipped_fit, self.ran_epoch, self.in_train = None, None, False, False, False
-    self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(save=False, stop=False, signal=False), False, False, False
-    self.writer, self.state_buffers = (AsyncWriter(), StateBuffers()) if self.async_save else (None, None)
-    self.stops = StopRequests(self.signals, self.root, self.save_switch, self.stop_switch).install()
-    if run.fits_left and run.stopped:
-        self.skipped_fit = True
-        raise CancelFitException()      # a stop request ended an earlier fit of this `fine_tune`: the rest waits for the resume
-    if self.resume: self._resume()

@@ -27,12 +27,12 @@ def _human(n:float) -> str:
     return f'{n:.1f} TB'
 
 def leftovers(root:Path|str) -> list:
-    "Hidden folders of interrupted saves ('.step-*.tmp-*') and removals ('.step-*.old-*') in `root`, as (path, kind)"
+    "Leftover folders of unfinished saves and removals in `root`"
     return [(p, 'save' if k == 'tmp' else 'removal') for p, k in temporaries(root, final=checkpoint_step) if p.is_dir()]
 
 # %% ../nbs/09_cli.ipynb #e9374ba6
 def comp_name(m:dict) -> str:
-    "'less' or 'greater': the direction that made a checkpoint best, as its manifest `m` records it (guessed from `monitor` in older ones)"
+    "'less' or 'greater': how manifest `m` ranks the best"
     comp = str(m.get('comp') or '').lower()
     if 'less' in comp or 'greater' in comp: return 'less' if 'less' in comp else 'greater'
     monitor = m.get('monitor') or 'loss'
@@ -40,7 +40,7 @@ def comp_name(m:dict) -> str:
 
 # %% ../nbs/09_cli.ipynb #28ec4efc
 def _mark_best(rows:list):
-    "Mark the row the callback keeps as best: the newest checkpoint's monitor and direction, strict improvement, oldest first"
+    "Mark the row the callback keeps as best"
     scored = [r for r in rows if r['status'] == 'complete' and r['metric'] is not None]
     if not scored: return
     monitor, comp = scored[-1]['monitor'], scored[-1]['comp']
@@ -52,7 +52,7 @@ def _mark_best(rows:list):
 def checkpoint_rows(root:Path|str,        # The checkpoints folder
                     checksums:bool=True   # Compare checksums (reads every file)? Else sizes only
                    ) -> list:
-    "One dict per checkpoint folder in `root`, leftovers too: name, step, epoch, size, time, status, metric, monitor, comp, best"
+    "One dict per checkpoint folder or leftover in `root`"
     root = Path(root)
     rows = []
     for p in checkpoints(root):
@@ -79,7 +79,7 @@ def format_rows(rows:list) -> str:
     return '\n'.join('  '.join(x.ljust(w) for x, w in zip(line, widths)).rstrip() for line in [head, *body])
 
 def owner_line(root:Path|str) -> str|None:
-    "Who owns `root` (its owner record), with the age of the last heartbeat; `None` when no run owns it"
+    "Who owns `root`, with the last heartbeat's age"
     rec = read_owner(root)
     if rec is None: return None
     if rec.get('unreadable'): return f'owner: {describe_owner(rec)}'
@@ -88,7 +88,7 @@ def owner_line(root:Path|str) -> str|None:
 # %% ../nbs/09_cli.ipynb #1164e92e
 @call_parse
 def ddpsafe_ls(path:str): # The checkpoints folder
-    "List the checkpoints in `path`: step, epoch, size, time, complete / incomplete / corrupt (checksums verified), best"
+    "List the checkpoints in `path`, checksums verified"
     rows = checkpoint_rows(path)
     print(format_rows(rows) if rows else f'no checkpoints in {path}')
     if own := owner_line(path): print(own)
@@ -96,7 +96,7 @@ def ddpsafe_ls(path:str): # The checkpoints folder
 # %% ../nbs/09_cli.ipynb #b5232862
 @call_parse
 def ddpsafe_verify(path:str): # A checkpoints folder, or one checkpoint
-    "Check every checkpoint's files against its manifest, checksums included; exit 1 on a damaged checkpoint (leftovers of interrupted saves are not damage)"
+    "Check checkpoints against their manifests; exit 1 if damaged"
     path = Path(path)
     folders = [path] if checkpoint_step(path) is not None else checkpoints(path)
     stale = leftovers(path) if checkpoint_step(path) is None else []
@@ -115,7 +115,7 @@ def ddpsafe_verify(path:str): # A checkpoints folder, or one checkpoint
 
 # %% ../nbs/09_cli.ipynb #e66ff0fd
 def run_status(root:Path|str) -> dict:
-    "What the newest complete checkpoint in `root` says about its run: state, exit_code, checkpoint, step, epoch, reason, time, skipped"
+    "The run's state, from the newest complete checkpoint in `root`"
     skipped = []
     ck = newest_complete(root, checksums=True, skipped=skipped)
     out = dict(path=str(root), skipped=[dict(checkpoint=str(p), problems=why) for p, why in skipped])
@@ -132,7 +132,7 @@ def run_status(root:Path|str) -> dict:
 def ddpsafe_status(path:str,       # The checkpoints folder
                    json:bool=False # Print the status as one JSON object
                   ) -> int:
-    "Exit 0 when the run finished, 75 when it was preempted (requeue), 1 when it did not finish, 2 when there is no complete checkpoint"
+    "Exit 0 finished, 75 preempted, 1 unfinished, 2 no checkpoint"
     s = run_status(path)
     for sk in s['skipped']: print(f"ddpsafe-status: skipping {sk['checkpoint']}: {'; '.join(sk['problems'])}", file=sys.stderr)
     if json: print(jsonlib.dumps(s))

@@ -24,7 +24,7 @@ def fsync_path(path:Path|str):
 
 # %% ../nbs/01a_commit.ipynb #f2126d1e
 def errno_of(e:BaseException) -> int|None:
-    "The OS error number behind `e`: an `OSError` in its chain, or one named in its message"
+    "The OS error number behind `e`, if any"
     while e is not None:
         if isinstance(e, OSError) and e.errno: return e.errno
         if m := re.search(r'os error (\d+)', str(e)): return int(m.group(1))
@@ -42,26 +42,26 @@ def temp_path(final:Path|str,  # The name the file or folder will have, or had
     return final.with_name(f'.{final.name}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:8]}')
 
 def temporary_of(path:Path|str) -> tuple|None:
-    "(final name, 'tmp' or 'old') when `path` is named as a temporary of this protocol, else `None`"
+    "(final name, kind) if `path` is a temporary, else `None`"
     m = _TEMP.fullmatch(Path(path).name)
     return (m['final'], m['kind']) if m else None
 
 # %% ../nbs/01a_commit.ipynb #57b11190
 def _remove(path:Path):
-    "Delete the file or folder at `path` if there is one; errors are ignored (a read-only disk refuses even this)"
+    "Delete the file or folder at `path`, ignoring errors"
     with contextlib.suppress(OSError):
         if path.is_dir() and not path.is_symlink(): shutil.rmtree(path, ignore_errors=True)
         else: path.unlink(missing_ok=True)
 
 def _sync_tree(path:Path):
-    "fsync a file, or every file and folder under a folder, each folder after what is in it"
+    "fsync `path` and everything under it, children first"
     if not path.is_dir(): return fsync_path(path)
     for d, _, names in os.walk(path, topdown=False):
         for n in names: fsync_path(os.path.join(d, n))
         fsync_path(d)
 
 def discard(path:Path|str):
-    "Delete the file or folder `path` in one step: rename it to a hidden `old` name, then remove that"
+    "Delete `path` in one step: rename aside, then remove"
     aside = temp_path(path, 'old')
     os.replace(path, aside)
     _remove(aside)
@@ -72,7 +72,7 @@ def committing(final:Path|str,      # The file or folder to put in place
                what:str|None=None,  # How an error names the target (default: its path)
                kept:str='the file that was there, if any, is unchanged' # What an error says is left as it was
               ):
-    "A temporary path beside `final` to write at; at the end of the block: fsync, rename into place, fsync the folder"
+    "A temporary beside `final` to write at, committed on exit"
     final = Path(final)
     tmp = temp_path(final)
     try:
@@ -89,14 +89,14 @@ def committing(final:Path|str,      # The file or folder to put in place
 
 # %% ../nbs/01a_commit.ipynb #87d16095
 def file_digest(path:Path|str, chunk:int=1<<24) -> str:
-    "The xxh3-64 checksum of the file at `path`, as hex"
+    "The xxh3-64 checksum of `path`, in hex"
     h = xxhash.xxh3_64()
     with open(path, 'rb') as f:
         while b := f.read(chunk): h.update(b)
     return h.hexdigest()
 
 class HashingFile:
-    "A binary file that passes every write on to `f` and keeps the size and the xxh3 checksum of what went through"
+    "Binary file passing writes to `f`, counting size and xxh3"
     def __init__(self, f): self.f,self.size,self._h = f,0,xxhash.xxh3_64()
     def write(self, b) -> int:
         b = memoryview(b)
@@ -106,7 +106,7 @@ class HashingFile:
     def hexdigest(self) -> str: return self._h.hexdigest()
 
 class FileWriter:
-    "A writer that writes into an open binary file; called with a path, it opens the path and writes there"
+    "A writer into an open binary file"
     def __init__(self, write_to): self.write_to = write_to   # Called with a binary file object to write the content to
     def __call__(self, path:Path|str):
         with open(path, 'wb') as f: self.write_to(f)
@@ -116,7 +116,7 @@ def write_file(path:Path|str,     # Where to write
                writer,            # bytes, a `FileWriter`, or a function that writes the file at the path it gets
                digest:bool=True   # Return the file's size and checksum?
               ) -> dict|None:
-    "Write `path` with `writer`; with `digest`, its size and xxh3, hashed while written unless `writer` only takes a path"
+    "Write `path` with `writer`; with `digest`, its size and xxh3"
     path = Path(path)
     if isinstance(writer, (bytes, bytearray, memoryview)): writer = FileWriter(lambda f, data=writer: f.write(data))
     if not isinstance(writer, FileWriter):
@@ -131,7 +131,7 @@ def write_file(path:Path|str,     # Where to write
 def commit_file(path:Path|str, # Where the file goes
                 write          # bytes, a `FileWriter`, or a function called with a temporary path beside `path`
                ) -> Path:
-    "Write `path` atomically from this process: write a temporary beside it, fsync, rename over `path`, fsync the folder"
+    "Write `path` atomically, from this process alone"
     path = Path(path)
     with committing(path) as tmp: write_file(tmp, write, digest=False)
     return path
@@ -140,13 +140,13 @@ def commit_file(path:Path|str, # Where the file goes
 def temporaries(folder:Path|str, # The folder to look in
                 final=None       # Keep only leftovers whose final name `final(name)` accepts (default: all)
                ) -> list:
-    "(path, 'tmp' or 'old') for each temporary in `folder` of a write or a removal that did not finish"
+    "Leftover temporaries in `folder`, as (path, 'tmp' or 'old')"
     folder = Path(folder)
     if not folder.is_dir(): return []
     return [(p, t[1]) for p in sorted(folder.iterdir()) if (t := temporary_of(p)) and (final is None or final(t[0]))]
 
 def clean_temporaries(folder:Path|str, final=None) -> list:
-    "Remove the leftovers that `temporaries(folder, final)` lists; the removed paths"
+    "Remove what `temporaries` lists; the removed paths"
     stale = [p for p, _ in temporaries(folder, final)]
     for p in stale: _remove(p)
     return stale

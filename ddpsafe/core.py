@@ -17,17 +17,17 @@ __all__ = ['live', 'rank', 'world', 'is_main', 'coordinating', 'ddp_timeout', 'D
 
 # %% ../nbs/00_core.ipynb #f89291bf
 def live() -> bool:
-    "Is a `torch.distributed` process group alive in this process?"
+    "Is a process group alive in this process?"
     return dist.is_available() and dist.is_initialized()
 
 # %% ../nbs/00_core.ipynb #7c07605b
 def rank() -> int:
-    "This process's rank: from the live process group, else the launcher's `RANK`, else 0"
+    "This process's rank, also before the group starts"
     return dist.get_rank() if live() else int(os.environ.get('RANK', 0))
 
 # %% ../nbs/00_core.ipynb #b583845c
 def world() -> int:
-    "The number of ranks: from the live process group, else the launcher's `WORLD_SIZE`, else 1"
+    "Number of ranks, also before the group starts"
     return dist.get_world_size() if live() else int(os.environ.get('WORLD_SIZE', 1))
 
 # %% ../nbs/00_core.ipynb #0a2ff614
@@ -37,18 +37,18 @@ def is_main() -> bool:
 
 # %% ../nbs/00_core.ipynb #e48886b2
 def coordinating() -> bool:
-    "Are there other ranks to coordinate with, through a live process group?"
+    "Are there other ranks to coordinate with?"
     return live() and world() > 1
 
 # %% ../nbs/00_core.ipynb #61b9e66c
 def ddp_timeout(timeout:float|None=None # Seconds; `None` for the default
                ) -> float:
-    "`timeout`, else `DDPSAFE_TIMEOUT` from the environment, else 1800 seconds"
+    "`timeout`, else `DDPSAFE_TIMEOUT`, else 1800 seconds"
     return float(timeout if timeout is not None else os.environ.get('DDPSAFE_TIMEOUT', 1800))
 
 # %% ../nbs/00_core.ipynb #21cc9c45
 class DistTimeout(RuntimeError):
-    "Some ranks did not arrive in time; `missing` lists them when known"
+    "Ranks missed a wait; `missing` names them, if known"
     def __init__(self, msg:str, missing:list|None=None):
         super().__init__(msg)
         self.missing = missing
@@ -92,7 +92,7 @@ def stop_heartbeat():
 
 # %% ../nbs/00_core.ipynb #b7e10a04
 def _within(f, secs:float):
-    "`f()`, or `TimeoutError` after `secs` seconds: a store whose host is frozen blocks its reads for good"
+    "`f()`, or `TimeoutError` after `secs` seconds"
     box = {}
     def run():
         try: box['out'] = f()
@@ -176,7 +176,7 @@ def _exit_hook():
 def broadcast_bytes(data:bytes|None, # The payload on rank `src`; ignored elsewhere
                     src:int=0        # The sending rank
                    ) -> bytes:
-    "`data` as rank `src` has it, on every rank, through the side group"
+    "Rank `src`'s `data`, on every rank"
     if not coordinating(): return data
     g = side_group()
     try:
@@ -194,12 +194,12 @@ class RemoteTraceback(Exception):
     def __str__(self): return self.tb
 
 def _portable(e:BaseException) -> BaseException:
-    "`e` if it survives pickling, else a `RuntimeError` with its type and message"
+    "`e`, or a picklable `RuntimeError` in its place"
     try: pickle.loads(pickle.dumps(e)); return e
     except Exception: return RuntimeError(f'{type(e).__name__}: {e}')
 
 def _run(f, args, kwargs):
-    "Run `f`: its outcome, ('ok', result) or ('err', exception), and the bytes that tell the other ranks"
+    "Run `f`: its outcome, and the bytes telling the others"
     try: out = ('ok', f(*args, **kwargs))
     except BaseException as e: out = ('err', e)
     try:
@@ -211,7 +211,7 @@ def _run(f, args, kwargs):
 
 # %% ../nbs/00_core.ipynb #6ba60336
 def on_main(f, *args, **kwargs):
-    "Run `f(*args, **kwargs)` on rank 0 only; every rank returns its result or raises its exception"
+    "Run `f` on rank 0 only; its outcome on every rank"
     if not coordinating(): return f(*args, **kwargs)
     if is_main():
         (kind, res), payload = _run(f, args, kwargs)
@@ -239,7 +239,7 @@ def any_rank(flag:bool) -> bool:
 
 # %% ../nbs/00_core.ipynb #b9ee7a74
 def all_ranks(x): # Any picklable value
-    "Every rank's value of `x`, in rank order, on every rank"
+    "Every rank's value of `x`, on every rank"
     if not coordinating(): return [x]
     out = [None]*world()
     try: dist.all_gather_object(out, x, group=side_group())
@@ -248,12 +248,12 @@ def all_ranks(x): # Any picklable value
 
 # %% ../nbs/00_core.ipynb #9745f80e
 def _missing_ranks(msg:str) -> list|None:
-    "Ranks named as missing in rank 0's gloo `monitored_barrier` error"
+    "Ranks that gloo's `monitored_barrier` error names as missing"
     if m := re.search(r'Ranks? ([\d, ]+) failed to pass', msg): return [int(o) for o in m.group(1).split(',')]
     return None
 
 def barrier(timeout:float|None=None): # Seconds to wait; default `DDPSAFE_TIMEOUT`, else 1800
-    "Wait for every rank; past `timeout` raise `DistTimeout` naming the ranks that did not arrive"
+    "Wait for every rank; `DistTimeout` past `timeout`"
     if not coordinating(): return
     t = ddp_timeout(timeout)
     try: dist.monitored_barrier(group=side_group(), timeout=timedelta(seconds=t), wait_all_ranks=True)

@@ -20,7 +20,7 @@ def train_rank(folder:str,        # The job's folder: checkpoints go in `folder/
                out:str,           # Where rank 0 writes the final weights
                epochs:int=4,      # Epochs of `fit_one_cycle`
                slow:float=0.0):   # Seconds to sleep per step, so a signal lands mid-run
-    "One rank of the demo job: fit a small model under DDP with a `CheckpointCallback`"
+    "One rank of the demo job, with a `CheckpointCallback`"
     import fastai.callback.schedule   # fit_one_cycle
     import fastai.distributed         # distrib_ctx
     import ddpsafe.all
@@ -46,7 +46,7 @@ def _job(folder, out, slow=0.0, timeout=300):
                         n=2, env=dict(PYTHONUNBUFFERED='1', DDPSAFE_TIMEOUT='120'))
 
 def _wait_for_step(job, step:int, timeout:float=120) -> int:
-    "Wait until rank 1 has printed `step N` with N >= `step`; N"
+    "The step rank 1 printed once it reaches `step`"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         seen = [int(s) for s in re.findall(r'^step (\d+)', job.output(1), re.M)]
@@ -62,7 +62,7 @@ def _last(pattern:str, text:str) -> str:
 
 # %% ../nbs/10_demo.ipynb #24874224
 def run_demo(work:Path, stop_at:int=20) -> bool:
-    "Run the twin, the preempted job and its restart in `work`, print the report; do the weights match?"
+    "Run the demo's three jobs in `work`; do the weights match?"
     from ddpsafe.cli import checkpoint_rows, format_rows
     say = lambda *a: print(*a, flush=True)
     say('ddpsafe demo: a 2-rank DDP job on CPU (gloo), fit_one_cycle(4) on 48 steps, CheckpointCallback(every_epoch=1)\n')
@@ -96,7 +96,7 @@ def run_demo(work:Path, stop_at:int=20) -> bool:
 
 # %% ../nbs/10_demo.ipynb #f62317ab
 def ddpsafe_demo():
-    "Train on 2 CPU ranks, preempt with SIGTERM, resume, and compare with an uninterrupted twin"
+    "Train on 2 CPU ranks, preempt, resume; compare with a twin"
     p = argparse.ArgumentParser(description=ddpsafe_demo.__doc__)
     p.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
     p.add_argument('--folder'); p.add_argument('--out'); p.add_argument('--slow', type=float, default=0.0)

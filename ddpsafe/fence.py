@@ -48,7 +48,7 @@ FENCE = [  # (fastai module, name, how ddpsafe replaces it, where, sha256[:12] o
 
 # %% ../nbs/12_fence.ipynb #89771634
 def _defines(node, cls:str, name:str) -> bool:
-    "Does `node` define `name`, as a method patched onto `cls` when `cls` is given?"
+    "Does `node` define `name` (patched onto `cls`, if given)?"
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name != name: return False
     if not cls: return True
     args = node.args.args
@@ -57,7 +57,7 @@ def _defines(node, cls:str, name:str) -> bool:
 def fastai_source(module:str, # A fastai module, e.g. 'fastai.learner'
                   name:str    # 'Class.method' or 'function'
                  ) -> str|None:
-    "The source of `name` in the installed `module`, read from its file; `None` if it has none"
+    "The source of `name` in the installed `module`"
     spec = importlib.util.find_spec(module)
     src = open(spec.origin, encoding='utf-8').read()
     cls, _, name = name.rpartition('.')
@@ -69,12 +69,12 @@ def fastai_source(module:str, # A fastai module, e.g. 'fastai.learner'
 
 # %% ../nbs/12_fence.ipynb #e042796f
 def source_digest(src:str|None) -> str|None:
-    "The first 12 hex digits of the sha256 of `src`"
+    "Short sha256 of `src`: 12 hex digits"
     return None if src is None else hashlib.sha256(src.encode()).hexdigest()[:12]
 
 def fence_changes(source=fastai_source # Reads fastai's source of a name: `fastai_source`, or a stand-in in tests
                  ) -> list:
-    "What the installed fastai changed, among the internals ddpsafe replaces, since `FASTAI_CHECKED`; empty when nothing did"
+    "What fastai changed in the internals ddpsafe replaces"
     out = []
     for module, name, how, where, digest in FENCE:
         now = source_digest(source(module, name))

@@ -22,23 +22,23 @@ __all__ = ['safetensors_writer', 'torch_writer', 'writer_for', 'atomic_save', 'a
 
 # %% ../nbs/02_io.ipynb #e6fb9891
 def _safetensors_writer(obj):
-    "A writer of `obj`, a module or a dict of tensors, as safetensors, streamed to the path it gets"
+    "A path writer of `obj` as safetensors, streamed"
     if isinstance(obj, torch.nn.Module): return lambda p: st.save_model(obj, str(p))
     tensors = {k: v.detach().contiguous() for k,v in obj.items()}
     return lambda p: st.save_file(tensors, str(p))
 
 def safetensors_writer(tensors:dict) -> FileWriter:
-    "A `FileWriter` of a dict of tensors as safetensors: the bytes are written and hashed in one pass"
+    "A `FileWriter` of `tensors` as safetensors"
     return FileWriter(lambda f: f.write(st.save({k: v.detach().contiguous() for k,v in tensors.items()})))
 
 def torch_writer(obj, **torch_save_kwargs) -> FileWriter:
-    "A `FileWriter` of `obj` with `torch.save`, through a Python file so that a full disk keeps its error number"
+    "A `FileWriter` of `obj` with `torch.save`"
     return FileWriter(lambda f: torch.save(obj, f, **torch_save_kwargs))
 
 def writer_for(obj,            # What to save
                path:Path,      # Where: the suffix picks the format
                **torch_save_kwargs):
-    "A writer of `obj` in the format `path`'s suffix asks for, called with a temporary path"
+    "A writer of `obj` in the format of `path`'s suffix"
     if Path(path).suffix == '.safetensors': return _safetensors_writer(obj)
     if isinstance(obj, (bytes, bytearray)): return FileWriter(lambda f: f.write(obj))
     return torch_writer(obj, **torch_save_kwargs)
@@ -47,7 +47,7 @@ def writer_for(obj,            # What to save
 def atomic_save(obj,             # A picklable object; a module or dict of tensors for `.safetensors`; or bytes
                 path:Path|str,   # The file to write
                 **torch_save_kwargs):
-    "Write `obj` to `path` once, on rank 0, atomically; every rank returns the path once it is in place"
+    "Write `obj` to `path` atomically on rank 0"
     path = Path(path)
     return on_main(commit_file, path, writer_for(obj, path, **torch_save_kwargs))
 
@@ -55,19 +55,19 @@ def atomic_save(obj,             # A picklable object; a module or dict of tenso
 def atomic_write(path:Path|str, # The file to write
                  write          # Called on rank 0 with a temporary path in the same folder
                 ) -> Path:
-    "Write a file of any kind with `write`, once, on rank 0, atomically; every rank returns once it is in place"
+    "Write `path` with `write` atomically on rank 0"
     return on_main(commit_file, Path(path), write)
 
 # %% ../nbs/02_io.ipynb #b4b486f4
 class CorruptFileError(ValueError):
-    "A file that exists but can not be read as what it claims to be"
+    "A file that exists but is not what it claims"
 
 class UnsafePickleError(CorruptFileError):
-    "A pickle that would import or call code outside torch's safe set when loaded"
+    "A pickle that would run code outside torch's safe set"
 
 # %% ../nbs/02_io.ipynb #ce9e7a0e
 def _read(path:Path) -> bytes|None:
-    "The bytes of `path`, or `None` when this rank has no such file"
+    "`path`'s bytes, or `None` without such a file"
     try: return path.read_bytes()
     except (FileNotFoundError, IsADirectoryError): return None
 
@@ -76,7 +76,7 @@ def fingerprint(data:bytes|None) -> tuple|None:
     return None if data is None else (len(data), xxhash.xxh3_64_hexdigest(data))
 
 def _same_bytes(path:Path) -> bytes:
-    "The bytes of `path` as rank 0 has them, on every rank; `FileNotFoundError` everywhere if rank 0 has none"
+    "The bytes of `path` as rank 0 has them, everywhere"
     data = _read(path)
     want = agree(fingerprint(data))
     if want is None: raise FileNotFoundError(errno.ENOENT, f'{path}: no such file (on rank 0)', str(path))
@@ -85,7 +85,7 @@ def _same_bytes(path:Path) -> bytes:
 
 # %% ../nbs/02_io.ipynb #55a0fab2
 def _deserialize(data:bytes, path:Path, map_location=None, unsafe_pickle=False, **torch_load_kwargs):
-    "The object in `data`, read from `path`, as `.safetensors` or with `torch.load`"
+    "The object in `data`, as safetensors or with `torch.load`"
     if path.suffix == '.safetensors':
         try: res = st.load(data)
         except Exception as e: raise CorruptFileError(f'{path}: not a complete safetensors file ({e})') from e
@@ -102,7 +102,7 @@ def _deserialize(data:bytes, path:Path, map_location=None, unsafe_pickle=False, 
 def collective_read(path:Path|str, # The file to read
                     parse          # Turns the file's bytes into the result; runs on every rank
                    ):
-    "`parse` of `path`'s bytes as rank 0 has them, on every rank; an error on any rank is raised on every rank"
+    "`parse` of rank 0's bytes of `path`, on every rank"
     data = _same_bytes(Path(path))
     try: res, err = parse(data), None
     except Exception as e: res, err = None, e
@@ -115,7 +115,7 @@ def safe_load(path:Path|str,        # The file to read: `.safetensors`, or anyth
               map_location=None,    # As in `torch.load`
               unsafe_pickle:bool=False, # Unpickle arbitrary objects: runs code from the file; only for files you trust
               **torch_load_kwargs):
-    "Wait for the writer, then load `path` on every rank with `weights_only=True`; errors are the same on every rank"
+    "Load `path` on every rank with `weights_only=True`"
     path = Path(path)
     return collective_read(path, lambda data: _deserialize(data, path, map_location, unsafe_pickle, **torch_load_kwargs))
 
@@ -127,7 +127,7 @@ def _make_dir(path:Path, overwrite:bool):
 def prepare_dir(path:Path|str,         # The folder
                 overwrite:bool=False   # Remove it and everything in it first?
                ) -> Path:
-    "Rank 0 creates `path` (removing it first with `overwrite`); every rank returns once it exists"
+    "Create `path` on rank 0; every rank waits for it"
     path = Path(path)
     on_main(_make_dir, path, overwrite)
     if not path.is_dir(): path.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,7 @@ fastai_stock = fastai.learner.__dict__.setdefault('_ddpsafe_stock', dict(
 import importlib.abc, importlib.util
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    "Call `f` right after the module `name` is first imported"
+    "Call `f` after module `name` is first imported"
     def __init__(self, name, f): self.name,self.f = name,f
     def find_spec(self, fullname, path, target=None):
         if fullname != self.name: return None
@@ -50,7 +50,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 def when_imported(name:str, f):
-    "Call `f` once the module `name` is imported: now if it is already"
+    "Call `f` once module `name` is imported"
     if name in sys.modules: f()
     else: sys.meta_path.insert(0, _AfterImport(name, f))
 
@@ -109,7 +109,7 @@ when_imported('fastai.distributed', patch_distributed)
 
 # %% ../nbs/03_learner.ipynb #f914f107
 def fastai_safe_globals() -> list:
-    "The classes fastai allows in `weights_only=True` loads of its optimizer state"
+    "Classes fastai allows in `weights_only=True` loads"
     return [L, getattr(np, "_core", np.core).multiarray.scalar, np.dtype, *[getattr(np.dtypes, dt) for dt in np.dtypes.__all__]]
 
 # %% ../nbs/03_learner.ipynb #78d28df7
@@ -123,7 +123,7 @@ def save_model(file,                 # Where to write
                with_opt:bool=True,   # Save the optimizer state too?
                pickle_protocol:int=2,
                **torch_save_kwargs):
-    "Save `model` (and `opt`) to `file` in fastai's format, once, on rank 0, atomically; every rank returns the path"
+    "Save `model` (and `opt`) to `file` atomically on rank 0"
     if opt is None: with_opt = False
     state = get_model(model).state_dict()
     if with_opt: state = {'model': state, 'opt': opt.state_dict()}
@@ -131,14 +131,14 @@ def save_model(file,                 # Where to write
 
 # %% ../nbs/03_learner.ipynb #15a8b510
 def _load_state(file, device=None, **torch_load_kwargs):
-    "The state in `file`, read with `safe_load` on every rank; `weights_only=False` is the explicit opt-in to unpickling"
+    "The state in `file`, read on every rank by `safe_load`"
     if isinstance(device, int): device = torch.device('cuda', device)
     unsafe = not torch_load_kwargs.pop('weights_only', True)
     with torch.serialization.safe_globals(fastai_safe_globals()):
         return safe_load(file, map_location=ifnone(device, 'cpu'), unsafe_pickle=unsafe, **torch_load_kwargs)
 
 def _fit(module, state, file, strict=True):
-    "Load `state` into `module`, or `CheckpointMismatch` naming `file` and what differs"
+    "Load `state` into `module`, or raise `CheckpointMismatch`"
     try: return module.load_state_dict(state, strict=strict)
     except RuntimeError as e:
         raise CheckpointMismatch(f'{file} does not fit this model, it was saved from another one: {e}') from e
@@ -152,7 +152,7 @@ def load_model(file,                # The file to read
                strict:bool=True,    # As in `load_state_dict`
                clean=None,          # A function applied to the weights first (fastai's text models use `clean_raw_keys`)
                **torch_load_kwargs):
-    "Load `model` (and `opt`) from `file` on every rank, once rank 0 has written it; the same error everywhere if it can't"
+    "Load `model` (and `opt`) from `file` on every rank"
     state = _load_state(file, device, **torch_load_kwargs)
     hasopt = isinstance(state, dict) and set(state) == {'model', 'opt'}
     model_state = state['model'] if hasopt else state
@@ -166,7 +166,7 @@ def load_model(file,                # The file to read
 @patch
 @delegates(save_model)
 def save(self:Learner, file, **kwargs):
-    "Save model and optimizer state (if `with_opt`) to `self.path/self.model_dir/file`, once, atomically; the path on every rank"
+    "Save model and optimizer state to `file` atomically on rank 0"
     file = join_path_file(file, self.path/self.model_dir, ext='.pth')
     return save_model(file, self.model, getattr(self, 'opt', None), **kwargs)
 
@@ -174,7 +174,7 @@ def save(self:Learner, file, **kwargs):
 @patch
 @delegates(load_model)
 def load(self:Learner, file, device=None, **kwargs):
-    "Load model and optimizer state (if `with_opt`) from `self.path/self.model_dir/file` on every rank, once it is written"
+    "Load model and optimizer state from `file` on every rank"
     if device is None and hasattr(self.dls, 'device'): device = self.dls.device
     if self.opt is None: self.create_opt()
     file = join_path_file(file, self.path/self.model_dir, ext='.pth')
@@ -184,7 +184,7 @@ def load(self:Learner, file, device=None, **kwargs):
 # %% ../nbs/03_learner.ipynb #56406b3d
 @patch
 def export(self:Learner, fname='export.pkl', pickle_module=cloudpickle, pickle_protocol=2):
-    "Export the content of `self` without the items and the optimizer state for inference, once, on rank 0, atomically"
+    "Export `self` for inference, atomically on rank 0"
     def write(tmp):
         self._end_cleanup()
         old_dls, state = self.dls, (self.opt.state_dict() if self.opt is not None else None)
@@ -201,12 +201,12 @@ def export(self:Learner, fname='export.pkl', pickle_module=cloudpickle, pickle_p
 
 # %% ../nbs/03_learner.ipynb #96e61a56
 def load_learner(fname, cpu=True, pickle_module=pickle):
-    "fastai's `load_learner` on every rank, once `fname` is complete: unpickles, so only for files you trust"
+    "fastai's `load_learner` on every rank, once `fname` is complete"
     return collective_read(Path(fname), lambda data: fastai_stock['load_learner'](io.BytesIO(data), cpu=cpu, pickle_module=pickle_module))
 
 # %% ../nbs/03_learner.ipynb #2724ac61
 def _encoder(learn):
-    "The encoder of a text `learn`'s model, unwrapped from DDP"
+    "The encoder of `learn`'s text model, without DDP"
     enc = get_model(learn.model)[0]
     return enc.module if hasattr(enc, 'module') else enc
 
@@ -221,7 +221,7 @@ def patch_text_learner():
 
     @patch_to(TextLearner)
     def load_encoder(self, file:str, device=None): # Filename of the saved encoder; device, default `dls` device
-        "Load the encoder `file` from the model directory on every rank, once it is written"
+        "Load the encoder `file` on every rank"
         file = join_path_file(file, self.path/self.model_dir, ext='.pth')
         _fit(_encoder(self), clean_raw_keys(_load_state(file, ifnone(device, self.dls.device))), file)
         self.freeze()
@@ -230,7 +230,7 @@ def patch_text_learner():
     @patch_to(TextLearner)
     @delegates(load_model)
     def load(self, file, with_opt=None, device=None, **kwargs):
-        "Load model and optimizer state from `self.path/self.model_dir/file` on every rank, once it is written"
+        "Load model and optimizer state from `file` on every rank"
         if self.opt is None: self.create_opt()
         file = join_path_file(file, self.path/self.model_dir, ext='.pth')
         load_model(file, self.model, self.opt, with_opt=ifnone(with_opt, True), device=ifnone(device, self.dls.device),
@@ -242,18 +242,18 @@ when_imported('fastai.text.learner', patch_text_learner)
 # %% ../nbs/03_learner.ipynb #ac606964
 @patch
 def save(self:DataLoaders, file='dls.pkl', pickle_module=cloudpickle, pickle_protocol=2):
-    "Save these `DataLoaders` to `file` (relative to `self.path`), once, on rank 0, atomically"
+    "Save these `DataLoaders` to `file` atomically on rank 0"
     return atomic_save(self, Path(self.path)/file, pickle_module=pickle_module, pickle_protocol=pickle_protocol)
 
 def load_dls(file,                # A file written by `DataLoaders.save`
              device=None):        # Move the loaders to this device; default where they were saved
-    "`DataLoaders` from `file`, on every rank once it is complete: unpickles, so only for files you trust"
+    "`DataLoaders` from `file`, on every rank once complete"
     dls = safe_load(file, unsafe_pickle=True)
     return dls.to(device) if device is not None else dls
 
 # %% ../nbs/03_learner.ipynb #490e6ec7
 def _replace_in_fastai(old, new):
-    "Point every loaded fastai module's names bound to `old` at `new`"
+    "Rebind fastai modules' names for `old` to `new`"
     for name, mod in list(sys.modules.items()):
         if not name.startswith('fastai') or mod is None: continue
         for attr, val in list(vars(mod).items()):

@@ -21,11 +21,11 @@ FORMAT = 'ddpsafe-checkpoint/1'
 MANIFEST = 'manifest.json'
 
 def checkpoint_name(step:int) -> str:
-    "The folder name of the checkpoint at optimizer step `step`"
+    "The checkpoint folder name for optimizer step `step`"
     return f'step-{step:08d}'
 
 def checkpoint_step(path:Path|str) -> int|None:
-    "The step of a checkpoint folder's name, `None` for any other name"
+    "The step in a checkpoint folder's name, else `None`"
     m = re.fullmatch(r'step-(\d{8,})', Path(path).name)
     return int(m.group(1)) if m else None
 
@@ -35,7 +35,7 @@ def write_checkpoint(root:Path|str,  # The checkpoints folder
                      files:dict,     # File name -> writer: bytes, a `FileWriter`, or a function that writes the file at the path it gets
                      meta:dict|None=None # Anything JSON can hold, stored in the manifest (epoch, metric...)
                     ) -> Path:
-    "Write a checkpoint folder that is complete or invisible: files, then the manifest, then a rename"
+    "Write a checkpoint folder, complete or not at all"
     root = Path(root); root.mkdir(parents=True, exist_ok=True)
     final = root/checkpoint_name(step)
     with committing(final, folder=True, what=f'checkpoint {final}', kept='earlier checkpoints are unchanged') as tmp:
@@ -50,7 +50,7 @@ class CorruptCheckpoint(ValueError):
 
 # %% ../nbs/05_manifest.ipynb #c59837f2
 def read_manifest(folder:Path|str) -> dict:
-    "The manifest of `folder`; `FileNotFoundError` when it has none, `CorruptCheckpoint` when it is not one of ours"
+    "The manifest of checkpoint `folder`"
     folder = Path(folder)
     try: m = json.loads((folder/MANIFEST).read_text())
     except FileNotFoundError: raise FileNotFoundError(errno.ENOENT, f'{folder}: no {MANIFEST}, the checkpoint is incomplete', str(folder)) from None
@@ -63,7 +63,7 @@ def read_manifest(folder:Path|str) -> dict:
 def check_checkpoint(folder:Path|str,      # A checkpoint folder
                      checksums:bool=True   # Also compare checksums (reads every file), not only sizes?
                     ) -> list:
-    "What is wrong with `folder`, one message per problem; empty when it is complete"
+    "What is wrong with `folder`, one message per problem"
     folder = Path(folder)
     try: m = read_manifest(folder)
     except (FileNotFoundError, CorruptCheckpoint) as e: return [str(e)]
@@ -84,7 +84,7 @@ def checkpoint_status(folder:Path|str, checksums:bool=True) -> str:
 
 # %% ../nbs/05_manifest.ipynb #9033a203
 def checkpoints(root:Path|str) -> list:
-    "Checkpoint folders in `root` (by name: complete or not), oldest first"
+    "Folders named as checkpoints in `root`, oldest first"
     root = Path(root)
     if not root.is_dir(): return []
     return sorted((p for p in root.iterdir() if p.is_dir() and checkpoint_step(p) is not None), key=checkpoint_step)
@@ -95,7 +95,7 @@ def newest_complete(root:Path|str,
                     skipped:list|None=None,  # Newer folders that are not complete are appended here, with why
                     written:Path|str|None=None # A checkpoint this process just wrote: hashed as written, so only sizes are checked
                    ) -> Path|None:
-    "The newest complete checkpoint in `root`; newer folders that are not complete are appended to `skipped` with why"
+    "The newest complete checkpoint in `root`"
     written = None if written is None else Path(written)
     for p in reversed(checkpoints(root)):
         if not (problems := check_checkpoint(p, checksums and p != written)): return p
@@ -108,7 +108,7 @@ def rotate(root:Path|str,   # The checkpoints folder
            best:Path|str|None=None,    # A checkpoint to keep whatever its age
            written:Path|str|None=None  # The checkpoint this process just wrote: its files are not read again
           ) -> list:
-    "Delete complete checkpoints older than the newest `keep` up to the one resume would load, except `best`; the deleted folders"
+    "Delete old checkpoints, keeping the newest `keep` and `best`"
     newest = newest_complete(root, written=written)
     if newest is None: return []
     upto = [p for p in checkpoints(root) if checkpoint_step(p) <= checkpoint_step(newest) and checkpoint_status(p, checksums=False) == 'complete']
@@ -117,7 +117,7 @@ def rotate(root:Path|str,   # The checkpoints folder
     return old
 
 def clean_incomplete(root:Path|str) -> list:
-    "Remove the leftovers of saves and removals of checkpoints that never finished; the removed folders"
+    "Remove leftovers of unfinished checkpoint saves and removals"
     return clean_temporaries(root, final=checkpoint_step)
 
 # %% ../nbs/05_manifest.ipynb #457743b5

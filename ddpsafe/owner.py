@@ -20,7 +20,7 @@ OWNER = 'ddpsafe-owner.json'
 _FORMAT = 'ddpsafe-owner/1'
 
 def job_id() -> str|None:
-    "This run's job identity, shared by a requeued run of the same job: `DDPSAFE_RUN_ID`, `SLURM_JOB_ID` or `TORCHELASTIC_RUN_ID`"
+    "This run's job identity, shared by its requeues"
     for var in ('DDPSAFE_RUN_ID', 'SLURM_JOB_ID', 'TORCHELASTIC_RUN_ID'):
         v = os.environ.get(var, '').strip()
         if v and v.lower() != 'none': return f'{var}={v}'   # torchrun's default --rdzv-id is 'none': no identity
@@ -32,14 +32,14 @@ def _text(path) -> str|None:
     except OSError: return None
 
 def _machine() -> str|None:
-    "This kernel and pid namespace: processes on the same one can see each other's pids"
+    "This kernel and pid namespace"
     boot = _text('/proc/sys/kernel/random/boot_id')
     try: ns = os.readlink('/proc/self/ns/pid')
     except OSError: ns = None
     return f'{boot} {ns}' if boot and ns else None
 
 def _proc(pid:int) -> tuple|None:
-    "(state, start time in clock ticks since boot) of `pid`, from /proc; `None` when there is no such entry"
+    "(state, start time in ticks) of `pid` from /proc, or `None`"
     s = _text(f'/proc/{pid}/stat')
     if not s: return None
     rest = s[s.rindex(')')+2:].split()   # the command name in parentheses may hold spaces
@@ -48,7 +48,7 @@ def _proc(pid:int) -> tuple|None:
 def pid_alive(pid:int,               # A process id on this machine
               started:str|None=None  # Its start time as `_proc` gave it when it was recorded, to tell a reused pid
              ) -> bool:
-    "Is process `pid` running (not a zombie, and the same process that was recorded)?"
+    "Is process `pid` running, and the one recorded?"
     try: os.kill(pid, 0)
     except ProcessLookupError: return False
     except PermissionError: pass        # alive, another user's
@@ -67,7 +67,7 @@ class FolderInUse(RuntimeError):
 def _when(t) -> str: return time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t)) if isinstance(t, (int, float)) else '?'
 
 def describe_owner(rec:dict) -> str:
-    "The owner in `rec` in words: host, pid, start time, job, command"
+    "The owner in `rec`, in words"
     if rec.get('unreadable'): return f'an unreadable owner record (last changed {_when(rec.get("mtime"))})'
     cmd = rec.get('command') or ''
     return (f"host {rec.get('host')}, pid {rec.get('pid')}, started {_when(rec.get('started'))}, job {rec.get('job') or 'none'}"
@@ -84,7 +84,7 @@ def _record(token:str, heartbeat:float) -> dict:
 def read_owner(root:Path|str,     # A checkpoints folder
                tries:int=5        # Reads of a record that is being written before it counts as unreadable
               ) -> dict|None:
-    "The owner record in `root`, `None` when there is none; `{'unreadable': True, 'mtime': ...}` for one that is not JSON"
+    "The owner record in `root`, `None` when there is none"
     f = Path(root)/OWNER
     for i in range(tries):
         try: raw = f.read_bytes()
@@ -103,7 +103,7 @@ def read_owner(root:Path|str,     # A checkpoints folder
 
 # %% ../nbs/05a_owner.ipynb #a14d4f0a
 def _same_machine(rec:dict) -> bool:
-    "Was `rec` written on this machine (so that its pid can be checked here)?"
+    "Was `rec` written on this machine?"
     here = _machine()
     return rec.get('machine') == here if here and rec.get('machine') else rec.get('host') == socket.gethostname()
 
@@ -111,7 +111,7 @@ def takeover_reason(rec:dict,               # An owner record, as `read_owner` g
                     stale_after:float=60.,  # Seconds without a heartbeat after which an owner on another machine is gone
                     now:float|None=None     # The time to judge at (default: now)
                    ) -> str|None:
-    "Why `rec`'s owner may be replaced ('self' when it is this process), or `None` when it is a live run"
+    "Why `rec`'s owner may be replaced, or `None`"
     now = time.time() if now is None else now
     if rec.get('unreadable'):
         age = now - rec['mtime']
@@ -136,14 +136,14 @@ def _fsync_dir(d:Path):
 def _json(rec:dict) -> bytes: return json.dumps({k: v for k, v in rec.items() if k != '_raw'}, indent=1).encode()
 
 def _write_tmp(d:Path, rec:dict) -> Path:
-    "`rec` as JSON in a new temporary file beside the record (the commit protocol's name), fsynced"
+    "`rec` in a new fsynced temporary beside the record"
     tmp = temp_path(d/OWNER)
     try: tmp.write_bytes(_json(rec)); fsync_path(tmp)
     except BaseException: tmp.unlink(missing_ok=True); raise
     return tmp
 
 def _create(d:Path, rec:dict) -> bool:
-    "Make `rec` the owner record of `d` if it has none, atomically; whether it did"
+    "Atomically make `rec` the record of `d`; whether it did"
     f, tmp = d/OWNER, _write_tmp(d, rec)
     try:
         try: os.link(tmp, f); return True
@@ -159,7 +159,7 @@ def _create(d:Path, rec:dict) -> bool:
         tmp.unlink(missing_ok=True); _fsync_dir(d)
 
 def _move_aside(d:Path, rec:dict) -> bool:
-    "Remove the record `rec` that was judged replaceable; False (record put back) when it changed since it was read"
+    "Remove the replaceable record `rec`; False if it changed since"
     aside = temp_path(d/OWNER, 'old')
     try: os.rename(d/OWNER, aside)
     except FileNotFoundError: return False       # another run moved it first, or its owner released it
@@ -172,7 +172,7 @@ def _move_aside(d:Path, rec:dict) -> bool:
 
 # %% ../nbs/05a_owner.ipynb #2aab0bfd
 class FolderClaim:
-    "This process's ownership of a checkpoints folder, kept fresh by a heartbeat thread; `release()` at the end of the run"
+    "This process's claim on a checkpoints folder"
     def __init__(self, root:Path|str, heartbeat:float=5., stale_after:float=60., note:str|None=None):
         self.root,self.heartbeat,self.stale_after,self.note = Path(root),heartbeat,stale_after,note
         self.token,self.pid = uuid.uuid4().hex,os.getpid()
@@ -187,7 +187,7 @@ class FolderClaim:
 # %% ../nbs/05a_owner.ipynb #63ec0af2
 @patch
 def _beat(self:FolderClaim):
-    "Heartbeat thread: refresh the record every `heartbeat` s; stop when another run owns the folder"
+    "Heartbeat thread: refresh the record until another run owns it"
     while not self._stop.wait(self.heartbeat):
         try:
             rec = read_owner(self.root)
@@ -201,7 +201,7 @@ def _beat(self:FolderClaim):
 
 @patch
 def check(self:FolderClaim):
-    "Raise `FolderInUse` when another run has taken the folder over since this claim (this one stalled past `stale_after`)"
+    "Raise `FolderInUse` if another run took the folder over"
     if not self.active or self.lost is None and (rec := read_owner(self.root)) is not None and rec.get('token') == self.token: return
     if self.lost is None: self.lost = read_owner(self.root) or {}
     raise FolderInUse(f'{self.root}: another run took this folder over while this one was training ({describe_owner(self.lost)}); '
@@ -209,7 +209,7 @@ def check(self:FolderClaim):
 
 @patch
 def release(self:FolderClaim):
-    "Stop the heartbeat and remove the record if it is still this claim's; a copy of the claim or a forked child does nothing"
+    "Stop the heartbeat and remove this claim's record"
     if not self.active or os.getpid() != self.pid: return
     with _claims_lock:
         self._count -= 1
@@ -224,7 +224,7 @@ def release(self:FolderClaim):
 
 # %% ../nbs/05a_owner.ipynb #047da45a
 def _in_use(root:Path, rec:dict, stale_after:float) -> FolderInUse:
-    "The error for a claim of `root` whose owner `rec` is a live run: who owns it, and what to do"
+    "The `FolderInUse` error for live owner `rec` of `root`"
     f, head = root/OWNER, (f'{root} is in use by another run ({describe_owner(rec)}). Two runs on one folder resume from and delete '
                             f'each other\'s checkpoints, so this run stops before training. ')
     if rec.get('unreadable'): todo = f'If no run uses it, delete {f} (it counts as gone {stale_after:.0f} s after it was last changed).'
@@ -241,7 +241,7 @@ def claim_folder(root:Path|str,          # The checkpoints folder (created if mi
                  heartbeat:float=5.,     # Seconds between two refreshes of this run's record
                  quiet:bool=False        # Do not print the message of a takeover (it stays in `.note`)
                 ) -> FolderClaim:
-    "Make this process the owner of `root`, or raise `FolderInUse` naming the live run that owns it; call on rank 0"
+    "Make this process the owner of `root`; call on rank 0"
     if '://' in str(root): return FolderClaim(root, heartbeat, stale_after)     # object storage: no ownership check (inactive claim)
     root = Path(root); root.mkdir(parents=True, exist_ok=True)
     key = str(root.resolve())

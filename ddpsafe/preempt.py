@@ -22,7 +22,7 @@ _all_ = ['REQUEUE_EXIT_CODE']
 
 # %% ../nbs/06_preempt.ipynb #d28cbed6
 class StopRequests:
-    "Signals and switch files, combined across ranks at each step boundary, one step late"
+    "Stop signals and switch files, agreed across ranks one step late"
     def __init__(self,
                  signals=(signal.SIGTERM, signal.SIGUSR1), # Signals that ask for a checkpoint and a stop
                  folder:Path|str|None=None,  # Where rank 0 looks for the switch files
@@ -41,7 +41,7 @@ def _on_signal(self:StopRequests, signum, frame): self.signalled = signum
 
 @patch
 def install(self:StopRequests):
-    "Route `self.signals` to the flag, remembering the handlers they had"
+    "Route `self.signals` to the flag"
     if threading.current_thread() is not threading.main_thread(): return self
     for s in self.signals: self._previous[s] = signal.signal(s, self._on_signal)
     _installed.append(self)
@@ -59,7 +59,7 @@ def uninstall(self:StopRequests, wait:bool=True): # Finish the round in flight? 
 # %% ../nbs/06_preempt.ipynb #63c0f1cd
 @patch
 def _switches(self:StopRequests) -> tuple:
-    "(save, stop) switch files seen by rank 0, removing them; (False, False) on other ranks"
+    "(save, stop): the switch files rank 0 saw and removed"
     if not is_main() or self.folder is None: return False, False
     def take(name):
         if not name: return False
@@ -75,17 +75,19 @@ def _switches(self:StopRequests) -> tuple:
 
 # %% ../nbs/06_preempt.ipynb #6869bfb0
 @patch
-def poll(self:StopRequests) -> dict:
-    "Start this step's round and return the previous round's agreed answer: `save`, `stop` and `signal` flags"
+def poll(self:StopRequests,
+         timer:bool=False # This rank's clock says a timed save is due (rank 0's is the one that counts)
+        ) -> dict:
+    "Start this round; the last round's `save`, `stop`, `signal`, `timer`"
     save_sw, stop_sw = self._switches()
-    mine = torch.tensor([int(self.signalled is not None), int(save_sw), int(stop_sw)], dtype=torch.int32)
+    mine = torch.tensor([int(self.signalled is not None), int(save_sw), int(stop_sw), int(timer)], dtype=torch.int32)
     prev, self._pending = self._pending, None
     if coordinating(): self._pending = (dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=side_group(), async_op=True), mine)
     else: self._pending = (_Done(), mine)
-    if prev is None: return dict(save=False, stop=False, signal=False)
+    if prev is None: return dict(save=False, stop=False, signal=False, timer=False)
     prev[0].wait()
-    sig, save, stop = (bool(v) for v in prev[1].tolist())
-    return dict(save=sig or save or stop, stop=sig or stop, signal=sig)
+    sig, save, stop, timer = (bool(v) for v in prev[1].tolist())
+    return dict(save=sig or save or stop, stop=sig or stop, signal=sig, timer=timer)
 
 class _Done:
     "A finished `Work`, for a single process"
@@ -98,7 +100,7 @@ def stop_signals() -> set:
 
 @contextmanager
 def signals_blocked(sigs): # Signals to hold back in this thread
-    "Hold `sigs` back in this thread for the span of the block; any that arrived meanwhile are delivered as it ends"
+    "Hold `sigs` back in this thread during the block"
     sigs = set(sigs)
     if not sigs: yield; return
     old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
@@ -112,12 +114,12 @@ from multiprocessing import resource_tracker
 _stock_start_workers = _MultiProcessingDataLoaderIter.__dict__.get('_ddpsafe_stock_init', _MultiProcessingDataLoaderIter.__init__)
 
 def _start_method(loader) -> str:
-    "How `loader`'s workers will be started: 'fork', 'spawn' or 'forkserver'"
+    "How `loader`'s workers start: 'fork', 'spawn' or 'forkserver'"
     ctx = getattr(loader, 'multiprocessing_context', None) or torch.multiprocessing
     return ctx.get_start_method() if hasattr(ctx, 'get_start_method') else str(ctx)
 
 def _start_workers(self, loader, *args, **kwargs):
-    "torch's: start the DataLoader's worker processes, with the stop signals blocked so that the workers inherit the block"
+    "torch's worker start, with the stop signals blocked"
     sigs = stop_signals()
     if sigs and _start_method(loader) != 'fork': resource_tracker.ensure_running()   # its first start unblocks SIGTERM
     with signals_blocked(sigs): _stock_start_workers(self, loader, *args, **kwargs)

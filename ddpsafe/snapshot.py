@@ -16,7 +16,7 @@ __all__ = ['map_tensors', 'StateBuffers', 'AsyncWriter']
 def _is_tensor(o): return isinstance(o, torch.Tensor)
 
 def map_tensors(f, tree, path=()):
-    "Apply `f(tensor, path)` to every tensor in nested dicts, lists and tuples; other leaves are kept"
+    "Apply `f(tensor, path)` to every tensor in `tree`"
     if _is_tensor(tree): return f(tree, path)
     if isinstance(tree, dict): return {k: map_tensors(f, v, path+(k,)) for k,v in tree.items()}
     if isinstance(tree, (list, tuple)) and not hasattr(tree, '_fields'):
@@ -28,7 +28,7 @@ def map_tensors(f, tree, path=()):
 
 # %% ../nbs/07_snapshot.ipynb #ae5e3ec9
 class StateBuffers:
-    "CPU buffers for a state's tensors, allocated on first use and refilled after: pinned when the source is on CUDA"
+    "Reusable CPU buffers for a state's tensors"
     def __init__(self): self.bufs = {}
 
     def _buffer(self, t:torch.Tensor, path:tuple) -> torch.Tensor:
@@ -38,7 +38,7 @@ class StateBuffers:
         return b
 
     def copy(self, state) -> object:
-        "`state` with every tensor copied into this object's CPU buffers"
+        "`state` with its tensors copied into these buffers"
         cuda = []
         def cp(t, path):
             b = self._buffer(t, path).copy_(t.detach(), non_blocking=t.is_cuda)
@@ -53,7 +53,7 @@ class StateBuffers:
 
 # %% ../nbs/07_snapshot.ipynb #f91d9cf1
 class AsyncWriter:
-    "One background write at a time; its exception is kept for the next `wait`"
+    "One background write at a time"
     def __init__(self): self.thread,self.error = None,None
 
     def _run(self, write):
@@ -61,13 +61,13 @@ class AsyncWriter:
         except BaseException as e: self.error = e
 
     def wait(self) -> BaseException|None:
-        "Wait for the write in flight; the exception it raised, if any"
+        "Wait for the write in flight; its exception, if any"
         if self.thread is not None: self.thread.join(); self.thread = None
         err, self.error = self.error, None
         return err
 
     def submit(self, write):
-        "Start `write()` on a thread, after the previous one finished; the previous one's exception, if any"
+        "Start `write()` after the previous one; that one's exception"
         err = self.wait()
         self.thread = threading.Thread(target=self._run, args=(write,), name='ddpsafe-writer', daemon=True)
         self.thread.start()

@@ -25,7 +25,7 @@ class RanksFailed(RuntimeError):
 
 # %% ../nbs/01_testing.ipynb #f7f4669e
 def free_port() -> int:
-    "A TCP port on localhost that nobody listens on right now"
+    "A localhost TCP port nobody listens on now"
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
 
@@ -34,7 +34,7 @@ def rank_env(r:int, # This process's rank
              n:int, # The world size
              port:int|None=None # `MASTER_PORT`; a free one if `None`
             ) -> dict:
-    "The variables `torchrun` sets for rank `r` of `n` on one machine"
+    "`torchrun`'s environment for rank `r` of `n`"
     return dict(RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(n), GROUP_RANK='0',
                 MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port or free_port()), OMP_NUM_THREADS='1')
 
@@ -73,7 +73,7 @@ def wait_until(cond,               # Called until it returns something truthy
 
 # %% ../nbs/01_testing.ipynb #0a402307
 def _rank_main(f, args, kwargs, r, n, tmp, env, init):
-    "The body of one forked rank: run `f`, write the outcome to `tmp/rank{r}.result`"
+    "One forked rank: run `f`, write its outcome to `tmp`"
     os.environ.update(rank_env(r, n)); os.environ.update(env)
     log = open(tmp/f'rank{r}.log', 'w', buffering=1)
     os.dup2(log.fileno(), 1); os.dup2(log.fileno(), 2)
@@ -93,7 +93,7 @@ def _rank_main(f, args, kwargs, r, n, tmp, env, init):
 
 # %% ../nbs/01_testing.ipynb #03660a2f
 def _wait_all(procs:list, timeout:float, grace:float, failed) -> list:
-    "Wait for `procs`; `grace` seconds once `failed()`; the ranks still running"
+    "Ranks still running after waiting for `procs`"
     running, t0 = lambda: [r for r,p in enumerate(procs) if p.is_alive()], time.monotonic()
     try:
         wait_until(lambda: not running() or failed(), timeout, 'every rank to finish')
@@ -103,7 +103,7 @@ def _wait_all(procs:list, timeout:float, grace:float, failed) -> list:
 
 # %% ../nbs/01_testing.ipynb #4ac3390a
 def _preimport():
-    "Import what DDP imports on first use, once, in the process that forks"
+    "Import what DDP imports on first use"
     import torch._dynamo, torch.distributed.tensor
 
 # %% ../nbs/01_testing.ipynb #aab55f23
@@ -117,7 +117,7 @@ def run_ranks(f,                     # The function each rank runs
               grace:float=10,        # Seconds the others may still run once one rank has raised
               raises:bool=True       # Raise `RanksFailed` when a rank fails; else return exceptions in the list
              ) -> list:
-    "Run `f` on `n` forked CPU ranks joined by gloo; every rank's result, in rank order"
+    "Run `f` on `n` forked ranks; their results in rank order"
     _preimport()
     tmp = Path(tempfile.mkdtemp(prefix='ddpsafe-ranks-'))
     ctx = multiprocessing.get_context('fork')
@@ -140,7 +140,7 @@ def run_ranks(f,                     # The function each rank runs
 
 # %% ../nbs/01_testing.ipynb #dfbcec8e
 def _results(outs, missing, outputs, procs, timeout, raises) -> list:
-    "Every rank's result, or `RanksFailed` naming the ranks that hung, died or raised"
+    "Every rank's result, or `RanksFailed` naming the failed ranks"
     res, bad, lines = [], [], []
     for r,o in enumerate(outs):
         if r in missing: err = TimeoutError(f'rank {r} did not finish within {timeout:.0f}s'); lines.append(str(err))
@@ -155,7 +155,7 @@ def _results(outs, missing, outputs, procs, timeout, raises) -> list:
 
 # %% ../nbs/01_testing.ipynb #796b0ba5
 class RankProcs:
-    "`n` ranks of one command, started like `torchrun --nproc_per_node n` would"
+    "`n` ranks of one command, as `torchrun` starts them"
     def __init__(self, cmd:list, n:int=2, env:dict|None=None, cwd:str|Path|None=None):
         self.tmp,self.n,port = Path(tempfile.mkdtemp(prefix='ddpsafe-script-')),n,free_port()
         self.logs = [open(self.tmp/f'rank{r}.log', 'w') for r in range(n)]
@@ -195,7 +195,7 @@ def launch_ranks(script:str|Path|list, # A script path, or the full command as a
                  env:dict|None=None,   # Extra environment variables
                  cwd=None              # Working folder
                 ) -> RankProcs:
-    "Start `python script args` on `n` ranks, with the launcher's variables set"
+    "Start `python script args` on `n` ranks"
     cmd = list(script) if isinstance(script, list) else [sys.executable, str(script), *map(str, args)]
     return RankProcs(cmd, n, env, cwd)
 
@@ -203,7 +203,7 @@ def launch_ranks(script:str|Path|list, # A script path, or the full command as a
 def run_script(script:str|Path|list, n:int=2, args:list=(), timeout:float=120, env:dict|None=None, cwd=None,
                check:bool=True # Raise `RanksFailed` when a rank exits non-zero
               ) -> list:
-    "Run `script` on `n` ranks to the end; what every rank printed"
+    "Run `script` on `n` ranks; what each printed"
     procs = launch_ranks(script, n, args, env, cwd)
     codes = procs.wait(timeout)
     outs = [procs.output(r) for r in range(n)]
@@ -219,7 +219,7 @@ def synth_dls(n:int=64,        # Items in all, a quarter of them for validation
               bs:int=8,        # Batch size
               seed:int=0,      # The data's random seed
               path='.'):       # The `DataLoaders`' path, where `Learner.save` writes
-    "fastai `DataLoaders` of `y = x @ [1,2,3,4] + 0.5` with a little noise"
+    "fastai `DataLoaders` of a known linear regression"
     from fastai.data.core import Datasets
     from fastai.data.transforms import ItemGetter
     g = torch.Generator().manual_seed(seed)
@@ -232,7 +232,7 @@ def synth_dls(n:int=64,        # Items in all, a quarter of them for validation
 
 # %% ../nbs/01_testing.ipynb #cd7852c6
 def synth_learner(n:int=64, bs:int=8, seed:int=0, path='.', lr:float=1e-2, **kwargs):
-    "A fastai `Learner` of a linear model on `synth_dls`: the same weights and data order for a given `seed`"
+    "A fastai `Learner` of a linear model on `synth_dls`"
     from fastai.learner import Learner
     from fastai.losses import MSELossFlat
     from fastai.torch_core import set_seed

@@ -179,3 +179,15 @@ def test_requeue_code_shared_with_preempt():
     from ddpsafe.manifest import REQUEUE_EXIT_CODE
     from ddpsafe.preempt import REQUEUE_EXIT_CODE as from_preempt
     assert REQUEUE_EXIT_CODE == from_preempt == 75
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize('kwargs', [dict(), dict(every_epoch=None), dict(every_epoch=2)])
+def test_status_after_a_real_run(tmp_path, kwargs):
+    "A run that trained to its end is 'finished', whichever save came last: the last epoch's (the default) or the end of fit's"
+    from fastai.callback.progress import ProgressCallback   # noqa: F401 (no_bar)
+    from ddpsafe.testing import synth_learner
+    from ddpsafe.checkpoint import CheckpointCallback
+    learn = synth_learner(path=tmp_path)
+    with learn.no_bar(), learn.no_logging(): learn.fit(3, cbs=CheckpointCallback(**kwargs))
+    s = cli('ddpsafe-status', tmp_path/'checkpoints')
+    assert s.returncode == 0 and s.stdout.startswith('finished: '), f'{kwargs}: exit {s.returncode}\n{s.stdout}{s.stderr}'

@@ -10,8 +10,16 @@ unreachable. The check fails on:
 - a page that loads a script, style, font or image from another host (the site must work offline);
 - a JavaScript error on a page (Chromium's console log: `Uncaught ...`, or console errors);
 - a page whose main content (`.md-content` / `<article>`) is empty once its scripts have run;
-- a page missing from the search index.
-It saves a screenshot of the landing page (1280x900) to `--shot`.
+- a page missing from the search index;
+- a link to another site than this one and the project's repository (`site_url` and `repo_url` in mkdocs.yml).
+Then what a reader sees, page by page, at 1280 px and at 390 px wide (`reader_problems`):
+- fastai progress-bar glyphs, build-machine paths (`/tmp/...`, home folders, CI runners) or the project's internal
+  notes (`ENV.md`) in the text;
+- an API entry (`.sd-entry`, from show_doc) whose signature takes parameters but that has no parameter table;
+- an image without alt text that says what it shows (missing, or "output"), wider than the content, or (at 1280 px)
+  drawn more than `MAX_SHRINK` times wider than it is shown, so that its text becomes too small to read;
+- a page wider than the window, or a code block that scrolls sideways.
+It saves screenshots (1280x900) of the landing page, the quick start, one API page and the benchmarks to `--shots`.
 """
 from __future__ import annotations
 import argparse, functools, html.parser, http.server, os, re, shutil, subprocess, sys, tempfile, threading, time
@@ -24,10 +32,39 @@ FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--dis
          '--mute-audio', '--hide-scrollbars',
          '--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1']   # offline: only our server resolves
 
+SHOTS = {'landing': 'index.html', 'quickstart': 'quickstart.html', 'api': 'checkpoint.html', 'benchmarks': 'benchmarks.html'}
+WIDTHS = (1280, 390)
+MAX_SHRINK = 3.0   # a figure drawn at 200 dpi, shown at 1/3 of its pixels: ~67 px per inch, 8 pt text at ~7.5 px
+_glyphs = re.compile(r'[█▉▊▋▌▍▎▏]|\d+\.\d+% \[\d+/\d+')
+_paths = re.compile(r'(?<![\w.~-])(?:/tmp/|/var/tmp/|/dev/shm/|/private/var/|/var/folders/|/home/\w|/Users/\w|/root/|/work/|'
+                    r'/github/workspace|/home/runner|/builds/|[A-Z]:\\Users\\)|site-packages/')
+_internal = re.compile(r'\bENV\.md\b|\bshared/\w+\.md\b')
+_bad_alt = {'', 'output', 'image', 'figure', 'png', 'img', 'plot'}
+
+def chromium_path() -> str|None:
+    "The Chromium (or Chrome) on PATH, if any"
+    return next((p for n in ('chromium', 'chromium-browser', 'google-chrome', 'google-chrome-stable', 'chrome') if (p := shutil.which(n))), None)
+
 def find_chromium() -> str:
-    for n in ('chromium', 'chromium-browser', 'google-chrome', 'google-chrome-stable', 'chrome'):
-        if p := shutil.which(n): return p
-    sys.exit('browser_check: no Chromium found; install it with `apt-get install -y chromium`')
+    return chromium_path() or sys.exit('browser_check: no Chromium found; install it with `apt-get install -y chromium`')
+
+# what a reader sees: measured in the page by this script, injected by the server into `page.html?reader`
+READER_JS = """(function(){
+function run(){
+  var de = document.documentElement, main = document.querySelector('article') || document.querySelector('.md-content') || document.body;
+  var box = main.getBoundingClientRect(), r = {viewport: de.clientWidth, scroll: Math.max(de.scrollWidth, document.body.scrollWidth),
+           pre: [], imgs: [], entries: []};
+  main.querySelectorAll('pre').forEach(function(p){ if (p.clientWidth && p.scrollWidth > p.clientWidth + 1) r.pre.push(p.innerText.slice(0, 80)); });
+  main.querySelectorAll('img').forEach(function(i){ var b = i.getBoundingClientRect();
+    r.imgs.push({src: i.getAttribute('src'), alt: i.getAttribute('alt'), shown: b.width, natural: i.naturalWidth,
+                 outside: b.width > 0 && (b.left < box.left - 1 || b.right > box.right + 1)}); });
+  main.querySelectorAll('.sd-entry').forEach(function(e){ var h = e.querySelector('h1,h2,h3,h4,h5,h6'), c = e.querySelector('pre');
+    r.entries.push({name: h ? (h.id || h.textContent) : '?', sig: c ? c.textContent : '', table: !!e.querySelector('table')}); });
+  var s = document.createElement('script'); s.type = 'application/json'; s.id = '__reader';
+  s.textContent = JSON.stringify(r).replace(/</g, '\\u003c'); document.body.appendChild(s);
+}
+if (document.readyState === 'complete') run(); else window.addEventListener('load', function(){ setTimeout(run, 50); });
+})();"""
 
 # ---------------------------------------------------------------------------------------------------------- server
 class Server:
@@ -40,6 +77,13 @@ class Server:
                 p = urllib.parse.urlsplit(path).path
                 if not p.startswith(prefix): return str(root/'\0nonexistent')   # outside the site: 404
                 return super().translate_path('/' + p[len(prefix):])
+            def do_GET(self):
+                sp = urllib.parse.urlsplit(self.path)
+                f = Path(self.translate_path(self.path))
+                if sp.query != 'reader' or f.suffix != '.html' or not f.is_file(): return super().do_GET()
+                body = f.read_bytes().replace(b'</body>', b'<script>' + READER_JS.encode() + b'</script></body>', 1)
+                self.send_response(200); self.send_header('Content-Type', 'text/html; charset=utf-8')
+                self.send_header('Content-Length', str(len(body))); self.end_headers(); self.wfile.write(body)
             def log_request(self, code='-', size='-'):
                 srv.log.append((self.command, self.path, int(code) if str(code).isdigit() else 0,
                                 self.headers.get('Referer', '')))
@@ -97,17 +141,63 @@ def js_errors(log:str) -> tuple[list[str], list[str]]:
             (errs if bad else other).append(msg)
     return errs, other
 
+# ---------------------------------------------------------------------------------------------------------- reader
+def read_page(exe:str, url:str, width:int) -> tuple[dict, str, str]:
+    "Load `url` (served by `Server`) in Chromium `width` px wide: what `READER_JS` measured, the DOM, Chromium's log"
+    dom, log = chromium(exe, url + '?reader', '--dump-dom', f'--window-size={width},900')
+    m = re.search(r'<script type="application/json" id="__reader">(.*?)</script>', dom, re.S)
+    import json
+    return (json.loads(m.group(1)) if m else {}), dom, log
+
+def text_problems(text:str) -> list[str]:
+    "Progress-bar glyphs, build-machine paths and internal notes in a page's text"
+    res = []
+    for rx, what in ((_glyphs, 'a progress bar'), (_paths, 'a build-machine path'), (_internal, "the project's internal notes")):
+        if m := rx.search(text): res.append(f'shows {what}: {text[max(0, m.start()-40):m.end()+40]!r}')
+    return res
+
+def takes_params(sig:str) -> bool:
+    "Whether a rendered signature (`def f(a, b=1)`, `class C(x)`) has parameters"
+    m = re.search(r'\((.*)\)', sig, re.S)
+    return bool(m and [p for p in m.group(1).split(',') if p.strip() and p.strip() not in ('self', '*', '/')])
+
+def reader_problems(r:dict, width:int) -> list[str]:
+    "What is wrong with a page as `READER_JS` measured it at `width` px"
+    if not r: return [f'at {width} px: the page did not run its measurements']
+    res = []
+    if r['scroll'] > r['viewport'] + 1: res.append(f'at {width} px: the page is {r["scroll"] - r["viewport"]} px wider than the window')
+    res += [f'at {width} px: a code block scrolls sideways: {p!r}' for p in r['pre']]
+    for e in r['entries']:
+        if not e['sig']: res.append(f'API entry {e["name"]} shows no signature')
+        elif takes_params(e['sig']) and not e['table']: res.append(f'API entry {e["name"]} has parameters but no parameter table')
+    for i in r['imgs']:
+        if (i['alt'] or '').strip().lower() in _bad_alt: res.append(f'image {i["src"]} has no alt text that says what it shows (alt={i["alt"]!r})')
+        if i['outside']: res.append(f'at {width} px: image {i["src"]} is wider than the content')
+        if width >= 1000 and i['shown'] and i['natural'] > MAX_SHRINK * i['shown']:
+            res.append(f'image {i["src"]} is drawn {i["natural"]} px wide and shown at {i["shown"]:.0f} px: its text is too small to read')
+    return res
+
 # ---------------------------------------------------------------------------------------------------------- check
+def site_config() -> dict:
+    "mkdocs.yml, as yaml reads it (without its `!!python` tags)"
+    import yaml
+    f = ROOT/'mkdocs.yml'
+    return yaml.load(f.read_text(), Loader=yaml.BaseLoader) if f.exists() else {}
+
 def site_prefix() -> str:
     "The path of `site_url` in mkdocs.yml (`/ddpsafe/`), where GitHub Pages will serve the site"
-    f = ROOT/'mkdocs.yml'
-    m = re.search(r'^site_url:\s*["\']?(\S+?)["\']?\s*$', f.read_text(), re.M) if f.exists() else None
-    return urllib.parse.urlsplit(m.group(1)).path if m else '/'
+    return urllib.parse.urlsplit(site_config().get('site_url', '/')).path
+
+def allowed_hosts() -> list[str]:
+    "URL prefixes a page may link to besides its own site: `site_url`, and the repository (`repo_url`, or the GitHub link)"
+    cfg = site_config()
+    repo = cfg.get('repo_url') or next((s['link'] for s in (cfg.get('extra') or {}).get('social', []) if 'github.com' in s.get('link', '')), None)
+    return [u.rstrip('/') for u in (cfg.get('site_url'), repo) if u]
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('--site', default=str(ROOT/'docs'), help='the built site (default docs/)')
-    ap.add_argument('--shot', default=str(ROOT/'.ci/artifacts/landing.png'), help='where to save the landing page screenshot')
+    ap.add_argument('--shots', default=str(ROOT/'.ci/artifacts'), help='folder for the screenshots (landing, quickstart, api, benchmarks)')
     ap.add_argument('--prefix', default=None, help="URL path to serve the site under (default: site_url's path in mkdocs.yml)")
     ap.add_argument('--min-text', type=int, default=40, help='fewest characters of text a page\'s main content may have')
     a = ap.parse_args()
@@ -116,7 +206,7 @@ def main():
     exe = find_chromium()
     srv = Server(site, a.prefix if a.prefix is not None else site_prefix())
     base, host = srv.base, urllib.parse.urlsplit(srv.base).netloc
-    fails, t0 = [], time.monotonic()
+    fails, t0, allowed = [], time.monotonic(), allowed_hosts()
     def fail(msg):
         if msg not in fails: fails.append(msg); print('  FAIL', msg, flush=True)
     print(f'browser_check: serving {site} at {base} ({exe})', flush=True)
@@ -140,6 +230,8 @@ def main():
             sp = urllib.parse.urlsplit(full)
             if sp.netloc != host:
                 if loads and sp.scheme in ('http', 'https', ''): fail(f'{url}: loads {full} from another host (the site must work offline)')
+                elif not loads and not any(full == a or full.startswith(a + '/') or full.startswith(a + '#') for a in allowed):
+                    fail(f'{url}: links to {full}, outside the site and the project\'s repository')
                 continue
             target = urllib.parse.urlunsplit(sp._replace(fragment='', query=''))
             if target.endswith('/'): target += 'index.html'
@@ -162,25 +254,29 @@ def main():
             rel = u[len(base):]
             if not rel.endswith('404.html') and rel not in indexed: fail(f'search index has no entry for {rel}')
 
-    # each page in Chromium: JavaScript errors, then the rendered main content
+    # each page in Chromium, at each width: JavaScript errors, the rendered main content, what a reader sees
     n_pages = 0
     for url in sorted(u for u in pages if not u.endswith('/404.html')):
         n_pages += 1
-        dom, log = chromium(exe, url, '--dump-dom')
-        errs, other = js_errors(log)
-        for e in errs: fail(f'{url}: JavaScript error: {e}')
-        for o in other: print(f'  note {url}: console: {o}')
-        p = parse(dom)
-        text = re.sub(r'\s+', ' ', ''.join(p.main)).replace('¶', '').strip()
-        if not dom.strip(): fail(f'{url}: Chromium returned no DOM')
-        elif len(text) < a.min_text: fail(f'{url}: main content is empty ({len(text)} characters: {text[:80]!r})')
-        else: print(f'  ok   {url[len(base):] or "index.html"}: {len(text)} characters of content', flush=True)
+        for width in WIDTHS:
+            r, dom, log = read_page(exe, url, width)
+            errs, other = js_errors(log)
+            for e in errs: fail(f'{url}: JavaScript error: {e}')
+            for o in other: print(f'  note {url}: console: {o}')
+            text = re.sub(r'\s+', ' ', ''.join(parse(dom).main)).replace('¶', '').strip()
+            if not dom.strip(): fail(f'{url}: Chromium returned no DOM'); continue
+            if len(text) < a.min_text: fail(f'{url}: main content is empty ({len(text)} characters: {text[:80]!r})')
+            for prob in text_problems(text) + reader_problems(r, width): fail(f'{url}: {prob}')
+        print(f'  read {url[len(base):] or "index.html"}: {len(text)} characters of content', flush=True)
 
-    # the landing page, as a reader sees it
-    shot = Path(a.shot).resolve(); shot.parent.mkdir(parents=True, exist_ok=True); shot.unlink(missing_ok=True)
-    _, log = chromium(exe, base + 'index.html', f'--screenshot={shot}', '--window-size=1280,900')
-    if not shot.exists() or shot.stat().st_size < 1000: fail(f'no screenshot written to {shot}')
-    else: print(f'  screenshot: {shot}')
+    # screenshots, as a reader sees the pages
+    shots = Path(a.shots).resolve(); shots.mkdir(parents=True, exist_ok=True)
+    for name, page in SHOTS.items():
+        shot = shots/f'{name}.png'; shot.unlink(missing_ok=True)
+        if base + page not in pages: fail(f'no page {page} to take a screenshot of'); continue
+        chromium(exe, base + page, f'--screenshot={shot}', '--window-size=1280,900')
+        if not shot.exists() or shot.stat().st_size < 1000: fail(f'no screenshot written to {shot}')
+        else: print(f'  screenshot: {shot}')
 
     time.sleep(0.2)
     srv.close()

@@ -66,7 +66,7 @@ def main(argv=None) -> int:
         def save(self, *args, **kwargs):
             done = super().save(*args, **kwargs)
             reason = args[0] if args else kwargs.get('reason', '?')
-            if done: say(f'SAVE {self._position()["global_step"]} {reason}')
+            if done: say(f'SAVE {self.position()["global_step"]} {reason}')
             return done
 
     cb = Markers(every_steps=a.every_steps, every_epoch=None, keep=3)

@@ -101,7 +101,7 @@ def main(argv=None) -> int:
             finally:
                 if self.training and a.slow: time.sleep(a.slow)
         def save(self, reason='request', **kwargs):
-            g = self._position()['global_step']
+            g = self.position()['global_step']
             say(f'SAVE-BEGIN {g} {reason} {time.time():.3f}')
             done = super().save(reason, **kwargs)
             say(f'SAVE-END {g} {reason} {"saved" if done else "skipped"} {time.time():.3f}')
