@@ -7,7 +7,7 @@ limits of the machine and against `torch.save`, safetensors and `torch.distribut
 
 The state is fp32 tensors shaped like a model and its Adam state: 17 weight matrices and, for each, `exp_avg` and
 `exp_avg_sq` (51 tensors). Every repetition runs every method once, in an order rotated from one repetition to the
-next, so that the machine's drift (2-5x between runs here, `shared/ENV.md`) hits all methods alike; ratios are taken
+next, so that the machine's drift (2-5x between runs on the 2-core test machine) hits all methods alike; ratios are taken
 within a repetition (paired), then the median over repetitions; the ratio of the best (minimum) times is kept too, as
 the estimate least touched by other processes (they can only add time). One unmeasured warm-up repetition runs first (it also
 allocates ddpsafe's buffers and DCP's cached stager, as the first save of a training run would).
@@ -16,7 +16,7 @@ Methods (blocking: how long the training loop waits; total: until the checkpoint
 - `memcpy`: the state copied into preallocated buffers that are reused (`Tensor.copy_`): the floor for any blocking copy.
 - `clone`: a fresh `clone()` of every tensor (what a copy costs without reused buffers).
 - `raw_write`: the same bytes written sequentially to one file, then `fsync`: the floor for any durable write.
-- `ddpsafe_sync`: `ddpsafe.manifest.write_checkpoint` with the writers `CheckpointCallback` uses (`checkpoint._writers`:
+- `ddpsafe_sync`: `ddpsafe.manifest.write_checkpoint` with the writers `CheckpointCallback` uses (`checkpoint.checkpoint_files`:
   `model.safetensors`, `optimizer.pt`, `state.pt`, `rng.pt`), i.e. what `CheckpointCallback._commit` does before rotating:
   each file fsynced and checksummed (xxh3), manifest, rename, folder fsync. Blocking = total.
 - `ddpsafe_async`: blocking = `StateBuffers.copy` of the state (what `Learner.snapshot` does under the step lock) plus
@@ -144,8 +144,8 @@ class Bench:
         return dt, dt, dict(fsync=time.perf_counter() - t1)
 
     def _ddpsafe_files(self, snap, timings=None):
-        from ddpsafe.checkpoint import _writers
-        files = _writers(snap['model'], snap['opt'], self.ckstate, self.rngs)
+        from ddpsafe.checkpoint import checkpoint_files
+        files = checkpoint_files(snap['model'], snap['opt'], self.ckstate, self.rngs)
         if timings is None: return files
         def timed(name, w):
             def write(p):
