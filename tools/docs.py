@@ -26,8 +26,9 @@ class DocsError(Exception): pass
 
 # ---------------------------------------------------------------------------------------------- show_doc renderer
 def _default(v) -> str:
-    "A default value as it reads in code: modules and enum members by their names, not their reprs"
+    "A default value as it reads in code: modules, functions, classes and enum members by their names, not their reprs"
     if inspect.ismodule(v): return v.__name__
+    if inspect.isfunction(v) or inspect.isbuiltin(v) or inspect.isclass(v): return v.__qualname__
     if isinstance(v, enum.Enum): return f'{type(v).__module__}.{v.name}'
     if type(v) in (tuple, list): return (f'({", ".join(map(_default, v))}{"," if len(v) == 1 else ""})' if type(v) is tuple
                                          else f'[{", ".join(map(_default, v))}]')
@@ -278,6 +279,11 @@ class Page:
                 if d.get('output') != 'false': parts += self.outputs(c, d, link)
         return '\n\n'.join(p.strip('\n') for p in parts if p.strip()) + '\n'
 
+def _value_line(n:str, obj) -> str:
+    "A constant as `n = value` when its repr is short and stable, else its type"
+    r = repr(obj)
+    return f'`{n} = {r}`' if isinstance(obj, (bool, int, float, str)) and len(r) <= 60 else f'a `{type(obj).__name__}`'
+
 def api_index(pages:dict) -> str:
     "The API index: every name of `<lib>.all`, what it does in one line, and where its entry is"
     from nbdev.config import get_config
@@ -289,7 +295,7 @@ def api_index(pages:dict) -> str:
         mod = getattr(obj, '__module__', None) if callable(obj) else next((k for k in syms if f'{k}.{n}' in syms[k]), None)
         page, _, anchor = (syms.get(mod or '', {}).get(f'{mod}.{n}') or ('',))[0].partition('#')
         page = re.sub(r'\.html$', '', page)
-        doc = (inspect.getdoc(obj) or '').split('\n')[0] if callable(obj) else f'`{n} = {obj!r}`'[:80]
+        doc = (inspect.getdoc(obj) or '').split('\n')[0] if callable(obj) else _value_line(n, obj)
         rows.append(f'| [`{n}`]({page}.md#{anchor}) | {_cell(doc)} |' if page in pages else f'| `{n}` | {_cell(doc)} |')
     return f'# API index\n\nEvery public name of `{lib}.all`, with a link to its entry in the API reference.\n{{ .nb-description }}\n\n' + '\n'.join(rows) + '\n'
 

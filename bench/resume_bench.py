@@ -1,0 +1,108 @@
+"""How long ddpsafe's resume takes against a plain `torch.load` of the same state, in one run.
+
+    python bench/resume_bench.py                         # 100 MB and 500 MB states, 5 paired repetitions
+    python bench/resume_bench.py --sizes 100 --reps 3    # shorter
+
+The model is 17 bias-free linear layers shaped like `checkpoint_bench.py`'s state, with fastai's `Adam` after one step
+(so the optimizer holds `grad_avg` and `sqr_avg` for every weight): about a third of the bytes are weights.
+- `torch_load` (the baseline): `torch.load` of one file holding the model's `state_dict`, the optimizer's and the RNG
+  states (written by `torch.save`), then `load_state_dict` into the model and the optimizer, then the RNG states set.
+- `ddpsafe`: what `CheckpointCallback` does when a fit resumes, with the same public functions: `choose_checkpoint`
+  (list the folder, verify the newest checkpoint's sizes and checksums), `read_checkpoint_file` of `state.pt`,
+  `model.safetensors`, `optimizer.pt` and `rng.pt` (`weights_only` loads), `load_weights`, the optimizer's
+  `load_state_dict`, `set_rng_state`.
+Both read from the page cache (the files were just written): the comparison is of the work, not of the disk. Every
+repetition runs both, alternately; the ratio is per repetition, then min / median / max. Goal: <= 1.2.
+
+Results: `bench/results/resume.json`."""
+from __future__ import annotations
+import os, sys, json, time, argparse, platform, datetime, statistics, tempfile, shutil
+from pathlib import Path
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from checkpoint_bench import N_LAYERS, ROW, load, wait_quiet, trim
+
+def learner_state(mb:int):
+    "A model and fastai `Adam` optimizer of about `mb` MB together, after one step"
+    from fastai.optimizer import Adam
+    torch.manual_seed(0)
+    rows = max(1, round(mb * 2**20 / (3*N_LAYERS*ROW*4)))
+    model = torch.nn.Sequential(*[torch.nn.Linear(ROW, rows, bias=False) for _ in range(N_LAYERS)])
+    opt = Adam(list(model.parameters()), lr=1e-3)
+    for p in model.parameters(): p.grad = torch.randn_like(p)
+    opt.step()
+    return model, opt
+
+def save_both(model, opt, folder:Path):
+    "The same state as one `torch.save` file and as a ddpsafe checkpoint"
+    from ddpsafe.checkpoint import checkpoint_files, model_weights, rng_state
+    from ddpsafe.manifest import write_checkpoint
+    rngs = [rng_state()]
+    torch.save(dict(model=model.state_dict(), opt=opt.state_dict(), rng=rngs), folder/'plain.pt')
+    write_checkpoint(folder/'checkpoints', 1000, checkpoint_files(model_weights(model), opt.state_dict(), dict(step=1000), rngs),
+                     dict(epoch=0, world_size=1))
+
+def torch_load(model, opt, folder:Path):
+    from ddpsafe.checkpoint import set_rng_state
+    s = torch.load(folder/'plain.pt', weights_only=False)
+    model.load_state_dict(s['model']); opt.load_state_dict(s['opt']); set_rng_state(s['rng'][0])
+
+def ddpsafe_resume(model, opt, folder:Path, stages:dict|None=None):
+    from ddpsafe.checkpoint import choose_checkpoint, read_checkpoint_file, load_weights, set_rng_state
+    t = [time.perf_counter()]
+    ck, _, _ = choose_checkpoint(folder/'checkpoints'); t.append(time.perf_counter())
+    read_checkpoint_file(ck, 'state.pt')
+    weights = read_checkpoint_file(ck, 'model.safetensors'); t.append(time.perf_counter())
+    load_weights(model, weights, ck/'model.safetensors')
+    o = read_checkpoint_file(ck, 'optimizer.pt'); t.append(time.perf_counter())
+    opt.load_state_dict(o)
+    set_rng_state(read_checkpoint_file(ck, 'rng.pt')[0]); t.append(time.perf_counter())
+    if stages is not None:
+        for name, a, b in zip(('choose and verify', 'read state and weights', 'load weights, read optimizer', 'load optimizer, rng'), t, t[1:]):
+            stages[name] = b - a
+
+def timed(f, *args) -> float:
+    t0 = time.perf_counter(); f(*args); return time.perf_counter() - t0
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--sizes', default='100,500', help='state sizes in MB, comma separated (default 100,500)')
+    p.add_argument('--reps', type=int, default=5, help='paired repetitions per size (default 5), after one warm-up')
+    p.add_argument('--out', default=str(HERE/'results'), help='folder for resume.json')
+    p.add_argument('--quiet', type=float, default=30., help='wait up to this many seconds for CPU pressure below 50%% before each repetition')
+    a = p.parse_args()
+    sizes = []
+    for mb in map(int, a.sizes.split(',')):
+        folder = Path(tempfile.mkdtemp(prefix='ddpsafe-bench-'))
+        model, opt = learner_state(mb)
+        save_both(model, opt, folder)
+        nbytes = sum(f.stat().st_size for f in (folder/'checkpoints').rglob('*') if f.is_file())
+        torch_load(model, opt, folder); ddpsafe_resume(model, opt, folder)          # warm-up
+        reps = []
+        for r in range(a.reps):
+            wait_quiet(a.quiet)
+            order = [('torch_load', torch_load), ('ddpsafe', ddpsafe_resume)]
+            if r % 2: order.reverse()
+            stages = {}
+            rep = {name: timed(f, model, opt, folder, *([stages] if name == 'ddpsafe' else [])) for name, f in order}
+            rep['ddpsafe_stages'] = stages
+            rep['ratio'] = rep['ddpsafe'] / rep['torch_load']
+            rep['load'] = load()
+            reps.append(rep); trim()
+            print(f"{mb} MB rep {r+1}/{a.reps}: torch.load {rep['torch_load']:.3f} s, ddpsafe {rep['ddpsafe']:.3f} s: x{rep['ratio']:.2f}", flush=True)
+        ratios = [x['ratio'] for x in reps]
+        s = dict(mb=mb, checkpoint_bytes=nbytes, reps=reps, min=min(ratios), median=statistics.median(ratios), max=max(ratios),
+                 goal='<= 1.2', met=statistics.median(ratios) <= 1.2)
+        print(f"{mb} MB: ddpsafe resume / torch.load: min {s['min']:.2f}, median {s['median']:.2f}, max {s['max']:.2f} "
+              f"(goal <= 1.2: {'met' if s['met'] else 'MISSED'})", flush=True)
+        sizes.append(s)
+        shutil.rmtree(folder, ignore_errors=True)
+    out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
+    res = dict(date=datetime.datetime.now().isoformat(timespec='seconds'), command=' '.join(sys.argv),
+               machine=dict(platform=platform.platform(), cpus=os.cpu_count(), torch=torch.__version__, threads=torch.get_num_threads()),
+               sizes=sizes)
+    (out/'resume.json').write_text(json.dumps(res, indent=1))
+
+if __name__ == '__main__': main()
