@@ -7,7 +7,8 @@ The training is a CPU MLP step (forward, backward, Adam) of about 10-50 ms, with
 checkpoint is `CheckpointCallback`'s asynchronous path without the learner: `StateBuffers.copy` of a model and Adam
 state of `--size` MB (outside the timed steps), then `write_checkpoint` of `checkpoint_files` on an `AsyncWriter`'s
 thread (`--mode thread`, what ddpsafe does), or in a forked child process (`--mode process`: the same
-write without the GIL, to tell the GIL from CPU and page-cache contention). Each repetition times steps with no save in flight (A), then the steps that run while one save is written (B),
+write without the GIL, to tell the GIL from CPU and page-cache contention). The writer runs at niceness `--nice`
+(19 by default, as `AsyncWriter` runs it; -1 for the process's own). Each repetition times steps with no save in flight (A), then the steps that run while one save is written (B),
 alternately A, B, A, B..., so that the machine's drift hits both; the ratio is B's median step time over A's, per
 repetition (paired), then the median over repetitions. Goal (issue "Proof of speed"): <= 1.05.
 
@@ -39,11 +40,13 @@ def timed_steps(step, n:int|None=None, until=None) -> list:
         t0 = time.perf_counter(); step(); out.append(time.perf_counter() - t0)
     return out
 
-def in_child(write, step, t0) -> tuple:
-    "Run `write` in a forked child while timing steps here: (step times, seconds until the child exited)"
+def in_child(write, step, t0, nice=None) -> tuple:
+    "Run `write` in a forked child (at niceness `nice`) while timing steps here: (step times, seconds until the child exited)"
     pid = os.fork()
     if pid == 0:
-        try: write(); os._exit(0)
+        try:
+            if nice is not None: os.setpriority(os.PRIO_PROCESS, 0, nice)
+            write(); os._exit(0)
         except BaseException: os._exit(1)
     done = []
     def finished():
@@ -62,7 +65,9 @@ def main():
     p.add_argument('--mode', choices=('thread', 'process'), default='thread', help='write on a thread (ddpsafe) or a forked process')
     p.add_argument('--threads', type=int, default=None, help="torch's intra-op threads for training (default: torch's own, one per core)")
     p.add_argument('--quiet', type=float, default=30., help='wait up to this many seconds for CPU pressure below 50%% before each repetition')
+    p.add_argument('--nice', type=int, default=19, help="the writer's niceness (default 19, AsyncWriter's); -1: the process's own")
     a = p.parse_args()
+    nice = None if a.nice < 0 else a.nice
     if a.threads: torch.set_num_threads(a.threads)
     from ddpsafe.snapshot import StateBuffers, AsyncWriter
     from ddpsafe.checkpoint import checkpoint_files
@@ -70,7 +75,7 @@ def main():
     folder = Path(a.dir or tempfile.mkdtemp(prefix='ddpsafe-bench-'))
     folder.mkdir(parents=True, exist_ok=True)
     state, step = make_state(a.size * 2**20), trainer()
-    bufs, writer = StateBuffers(), AsyncWriter()
+    bufs, writer = StateBuffers(), AsyncWriter(nice=nice)
     timed_steps(step, 10)                                     # warm-up
     reps = []
     for r in range(a.reps):
@@ -86,7 +91,7 @@ def main():
             write_s = time.perf_counter() - t0
             if (err := writer.wait()) is not None: raise err
         else:
-            during, write_s = in_child(write, step, t0)
+            during, write_s = in_child(write, step, t0, nice)
         shutil.rmtree(root, ignore_errors=True); trim()
         rep = dict(baseline_median=statistics.median(base), during_median=statistics.median(during), steps_during=len(during),
                    write_s=write_s, waited_for_quiet_s=round(waited, 1), load=load())
@@ -102,7 +107,7 @@ def main():
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     res = dict(date=datetime.datetime.now().isoformat(timespec='seconds'), command=' '.join(sys.argv),
                machine=dict(platform=platform.platform(), cpus=os.cpu_count(), torch=torch.__version__, threads=torch.get_num_threads()),
-               size_mb=a.size, mode=a.mode, reps=reps, summary=summary)
+               size_mb=a.size, mode=a.mode, writer_nice=nice, reps=reps, summary=summary)
     (out/f'async_step_{a.mode}_{torch.get_num_threads()}threads.json').write_text(json.dumps(res, indent=1))
     if a.dir is None: shutil.rmtree(folder, ignore_errors=True)
 

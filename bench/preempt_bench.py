@@ -1,8 +1,10 @@
 """What `CheckpointCallback`'s stop-request agreement costs per training step: one non-blocking gloo all-reduce of
-three int32 flags started at every step boundary and read one step later (`ddpsafe.preempt.StopRequests.poll`).
+five int32 values started at every step boundary and read one step later (`ddpsafe.preempt.StopRequests.poll`), or
+once per `poll_seconds` of steps.
 
-    python bench/preempt_bench.py                   # 2 CPU ranks, two model sizes, 10 repetitions
+    python bench/preempt_bench.py                   # 2 CPU ranks, two model sizes, 6 repetitions
     python bench/preempt_bench.py --reps 4 --steps 100
+    python bench/preempt_bench.py --polls-only      # only the poll() timings again, into the existing results
 
 Two measurements, on 2 CPU ranks joined by gloo (`ddpsafe.testing.run_ranks`, one torch thread per rank):
 
@@ -13,9 +15,12 @@ Two measurements, on 2 CPU ranks joined by gloo (`ddpsafe.testing.run_ranks`, on
    steps/s is timed between training steps only (after a few warm-up steps), so the final checkpoint that
    `CheckpointCallback` writes at the end of fit is not counted. Overhead = plain steps/s / polling steps/s - 1, paired
    per repetition, median and a bootstrap 95% interval over repetitions.
-2. The call itself: `StopRequests.poll()` timed on its own, with a step's worth of busy work between calls as in
-   training (so the all-reduce started at one step can finish before the next step reads it), and back to back (each
+2. The call itself: `StopRequests.poll()` timed on its own, with a step's worth of busy work and a small all-reduce
+   (standing for the gradients', which keeps DDP ranks in lockstep) between calls as in training (so the all-reduce
+   started at one step can finish before the next step reads it), and back to back (each
    call then waits a full all-reduce round trip). Estimated overhead = poll time (median, and mean) / plain step time.
+   The same with `StopRequests(poll_seconds=0.1)` (`CheckpointCallback(poll_seconds=0.1)`), where one round spans
+   about 0.1 s of steps: the mean of its calls is the cost per step.
 
 Results: `bench/results/preempt.json`."""
 from __future__ import annotations
@@ -92,21 +97,22 @@ def train(model:str, steps:int, variant:str, warmup:int) -> dict:
         return dict(steps_per_s=rate, median_step_s=step, steps=len(timer.times))
     finally: shutil.rmtree(folder, ignore_errors=True)
 
-def poll_cost(n:int, gap_s:float) -> dict:
+def poll_cost(n:int, gap_s:float, poll_seconds:float=0.) -> dict:
     "`StopRequests.poll()` timed `n` times with `gap_s` seconds of busy work between calls, and `n` times back to back"
     import torch.distributed as dist
     from ddpsafe.preempt import StopRequests
     folder = tempfile.mkdtemp(prefix='ddpsafe-poll-bench-')
-    stops = StopRequests(folder=folder).install()
+    stops = StopRequests(folder=folder, poll_seconds=poll_seconds).install()
     try:
         def busy(s):
             t = time.perf_counter() + s
             while time.perf_counter() < t: pass
-        spaced, b2b = [], []
+        spaced, b2b, grads = [], [], torch.zeros(256)
         for _ in range(20): stops.poll()                 # warm up the side group
         dist.barrier()
         for _ in range(n):
             busy(gap_s)
+            dist.all_reduce(grads)                       # stands for the step's gradient all-reduce: the ranks in lockstep, as in DDP
             t0 = time.perf_counter(); stops.poll(); spaced.append(time.perf_counter() - t0)
         dist.barrier()
         for _ in range(n):
@@ -115,6 +121,10 @@ def poll_cost(n:int, gap_s:float) -> dict:
                     back_to_back_median_us=statistics.median(b2b)*1e6, back_to_back_mean_us=statistics.mean(b2b)*1e6, calls=n)
     finally:
         stops.uninstall(); shutil.rmtree(folder, ignore_errors=True)
+
+def poll_worker(polls:int, gap:float) -> dict:
+    "Only the timings of `poll()`, per step and with `poll_seconds=0.1`, on one rank"
+    return dict(poll=poll_cost(polls, gap), poll_spaced=poll_cost(polls, gap, poll_seconds=0.1))
 
 def worker(models:list, steps:dict, reps:int, warmup:int, polls:int) -> dict:
     "The whole benchmark on one rank"
@@ -134,7 +144,7 @@ def worker(models:list, steps:dict, reps:int, warmup:int, polls:int) -> dict:
             runs.append(dict(order=order, **res))
         out[model] = dict(runs=runs)
     gap = min(statistics.median(r['plain']['median_step_s'] for r in out[m]['runs']) for m in models)
-    out['poll'] = poll_cost(polls, gap)
+    out.update(poll_worker(polls, gap))
     return out
 
 def bootstrap(xs:list, n:int=2000, seed:int=0) -> list:
@@ -168,18 +178,37 @@ def summarize(ranks:list, models:list) -> dict:
                       poll_estimate_pct_of_mean=max(r['poll']['spaced_mean_us'] for r in ranks)*1e-6/plain_step*100,
                       goal='<= 1%')
         out[m]['met'] = bool(out[m]['overhead_pct_median_paired'] <= 1.0)
-    return dict(models=out, poll_per_rank=[r['poll'] for r in ranks])
+        out[m]['poll_estimate_pct_per_rank'] = [r['poll']['spaced_mean_us']*1e-6/plain_step*100 for r in ranks]
+        out[m]['poll_estimate_met'] = bool(out[m]['poll_estimate_pct_of_mean'] <= 1.0)
+    shortest = min(out, key=lambda m: out[m]['plain_median_step_ms'])   # the polls were timed at this model's step
+    if all(r.get('poll_spaced') for r in ranks):                         # poll_seconds=0.1
+        o = out[shortest]
+        o['poll_spaced_estimate_pct_per_rank'] = [r['poll_spaced']['spaced_mean_us']*1e-6/(o['plain_median_step_ms']*1e-3)*100 for r in ranks]
+        o['poll_spaced_estimate_met'] = bool(max(o['poll_spaced_estimate_pct_per_rank']) <= 1.0)
+    return dict(models=out, poll_per_rank=[r['poll'] for r in ranks], poll_spaced_per_rank=[r.get('poll_spaced') for r in ranks])
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--models', default='small,medium', help=f'comma separated, from {list(MODELS)}')
     p.add_argument('--steps', type=int, default=None, help='training steps per run (default: 400 small, 150 medium)')
-    p.add_argument('--reps', type=int, default=10, help='repetitions; each runs plain and polling once (default 10)')
+    p.add_argument('--reps', type=int, default=6, help='repetitions; each runs every variant once (default 6)')
     p.add_argument('--warmup', type=int, default=5, help='steps left out at the start of every run')
     p.add_argument('--polls', type=int, default=2000, help='calls of StopRequests.poll timed on their own')
     p.add_argument('--out', default=str(HERE/'results'/'preempt.json'))
     p.add_argument('--resummarize', action='store_true', help='only recompute the summaries of an existing --out from its raw timings')
+    p.add_argument('--polls-only', action='store_true', help="only time poll() again, at the step time of --out's shortest model, and resummarize")
     a = p.parse_args(argv)
+    if a.polls_only:
+        from ddpsafe.testing import run_ranks
+        res = json.loads(Path(a.out).read_text())
+        gap = min(v['plain_median_step_ms'] for v in res['models'].values())/1e3
+        for raw, polls in zip(res['raw'], run_ranks(poll_worker, n=2, args=(a.polls, gap), timeout=1200)): raw.update(polls)
+        res.update(summarize(res['raw'], list(res['steps_per_run'])), polls_date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+                   polls_command=' '.join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]))
+        Path(a.out).write_text(json.dumps(res, indent=1))
+        for i, (q, sp) in enumerate(zip(res['poll_per_rank'], res['poll_spaced_per_rank'])):
+            print(f"rank {i}: poll() between steps mean {q['spaced_mean_us']:.0f} us, with poll_seconds=0.1 mean {sp['spaced_mean_us']:.0f} us, at {gap*1e3:.1f} ms steps")
+        return res
     if a.resummarize:
         res = json.loads(Path(a.out).read_text())
         res.update(summarize(res['raw'], list(res['steps_per_run'])))

@@ -1,7 +1,8 @@
 """How long ddpsafe's resume takes against a plain `torch.load` of the same state, in one run.
 
-    python bench/resume_bench.py                         # 100 MB and 500 MB states, 5 paired repetitions
+    python bench/resume_bench.py                         # 100 MB and 500 MB states, 7 paired repetitions
     python bench/resume_bench.py --sizes 100 --reps 3    # shorter
+    python bench/resume_bench.py --cold                  # from the disk: the page cache dropped before each load
 
 The model is 17 bias-free linear layers shaped like `checkpoint_bench.py`'s state, with fastai's `Adam` after one step
 (so the optimizer holds `grad_avg` and `sqr_avg` for every weight): about a third of the bytes are weights.
@@ -9,10 +10,14 @@ The model is 17 bias-free linear layers shaped like `checkpoint_bench.py`'s stat
   states (written by `torch.save`), then `load_state_dict` into the model and the optimizer, then the RNG states set.
 - `ddpsafe`: what `CheckpointCallback` does when a fit resumes, with the same public functions: `choose_checkpoint`
   (list the folder, verify the newest checkpoint's sizes and checksums), `read_checkpoint_file` of `state.pt`,
-  `model.safetensors`, `optimizer.pt` and `rng.pt` (`weights_only` loads), `load_weights`, the optimizer's
-  `load_state_dict`, `set_rng_state`.
-Both read from the page cache (the files were just written): the comparison is of the work, not of the disk. Every
-repetition runs both, alternately; the ratio is per repetition, then min / median / max. Goal: <= 1.2.
+  `model.safetensors`, `optimizer.pt` and `rng.pt` with the manifest (`weights_only` loads straight from each file,
+  copied out of its memory map), `load_weights`, the optimizer's `load_state_dict`, `set_rng_state`.
+Both read from the page cache (the files were just written): the comparison is of the work, not of the disk; with
+`--cold` the page cache is dropped before each load (Linux, as root; the result says so where the OS refuses), so both
+read from the disk, as a job restarted on another node does (`resume_cold.json`). Every
+repetition runs both, alternately, each after freed memory has been given back to the OS (so that both pay for the
+page faults of fresh memory, as a resuming process does; without this, whichever ran first in a repetition paid for
+both); the ratio is per repetition, then min / median / max. Goal: <= 1.2.
 
 Results: `bench/results/resume.json`."""
 from __future__ import annotations
@@ -52,16 +57,22 @@ def torch_load(model, opt, folder:Path):
 def ddpsafe_resume(model, opt, folder:Path, stages:dict|None=None):
     from ddpsafe.checkpoint import choose_checkpoint, read_checkpoint_file, load_weights, set_rng_state
     t = [time.perf_counter()]
-    ck, _, _ = choose_checkpoint(folder/'checkpoints'); t.append(time.perf_counter())
-    read_checkpoint_file(ck, 'state.pt')
-    weights = read_checkpoint_file(ck, 'model.safetensors'); t.append(time.perf_counter())
+    ck, man, _ = choose_checkpoint(folder/'checkpoints'); t.append(time.perf_counter())
+    read_checkpoint_file(ck, 'state.pt', man)
+    weights = read_checkpoint_file(ck, 'model.safetensors', man); t.append(time.perf_counter())
     load_weights(model, weights, ck/'model.safetensors')
-    o = read_checkpoint_file(ck, 'optimizer.pt'); t.append(time.perf_counter())
+    o = read_checkpoint_file(ck, 'optimizer.pt', man); t.append(time.perf_counter())
     opt.load_state_dict(o)
-    set_rng_state(read_checkpoint_file(ck, 'rng.pt')[0]); t.append(time.perf_counter())
+    set_rng_state(read_checkpoint_file(ck, 'rng.pt', man)[0]); t.append(time.perf_counter())
     if stages is not None:
         for name, a, b in zip(('choose and verify', 'read state and weights', 'load weights, read optimizer', 'load optimizer, rng'), t, t[1:]):
             stages[name] = b - a
+
+def drop_page_cache() -> str|None:
+    "Write the dirty pages out and drop the clean ones from the page cache; why not, where the OS refuses"
+    os.sync()
+    try: Path('/proc/sys/vm/drop_caches').write_text('1'); return None
+    except OSError as e: return f'/proc/sys/vm/drop_caches: {e.strerror} (needs root on Linux)'
 
 def timed(f, *args) -> float:
     t0 = time.perf_counter(); f(*args); return time.perf_counter() - t0
@@ -69,10 +80,12 @@ def timed(f, *args) -> float:
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--sizes', default='100,500', help='state sizes in MB, comma separated (default 100,500)')
-    p.add_argument('--reps', type=int, default=5, help='paired repetitions per size (default 5), after one warm-up')
+    p.add_argument('--reps', type=int, default=7, help='paired repetitions per size (default 7), after one warm-up')
     p.add_argument('--out', default=str(HERE/'results'), help='folder for resume.json')
     p.add_argument('--quiet', type=float, default=30., help='wait up to this many seconds for CPU pressure below 50%% before each repetition')
+    p.add_argument('--cold', action='store_true', help='drop the page cache before each load (Linux, root): read from the disk; writes resume_cold.json')
     a = p.parse_args()
+    cold_refused = None
     sizes = []
     for mb in map(int, a.sizes.split(',')):
         folder = Path(tempfile.mkdtemp(prefix='ddpsafe-bench-'))
@@ -85,8 +98,11 @@ def main():
             wait_quiet(a.quiet)
             order = [('torch_load', torch_load), ('ddpsafe', ddpsafe_resume)]
             if r % 2: order.reverse()
-            stages = {}
-            rep = {name: timed(f, model, opt, folder, *([stages] if name == 'ddpsafe' else [])) for name, f in order}
+            stages, rep = {}, {}
+            for name, f in order:
+                trim()                     # both start with the memory given back, as a fresh process would
+                if a.cold: cold_refused = drop_page_cache() or cold_refused
+                rep[name] = timed(f, model, opt, folder, *([stages] if name == 'ddpsafe' else []))
             rep['ddpsafe_stages'] = stages
             rep['ratio'] = rep['ddpsafe'] / rep['torch_load']
             rep['load'] = load()
@@ -102,7 +118,8 @@ def main():
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     res = dict(date=datetime.datetime.now().isoformat(timespec='seconds'), command=' '.join(sys.argv),
                machine=dict(platform=platform.platform(), cpus=os.cpu_count(), torch=torch.__version__, threads=torch.get_num_threads()),
+               page_cache='dropped before each load' if a.cold and not cold_refused else f'not dropped: {cold_refused}' if a.cold else 'warm: the files were just written',
                sizes=sizes)
-    (out/'resume.json').write_text(json.dumps(res, indent=1))
+    (out/('resume_cold.json' if a.cold else 'resume.json')).write_text(json.dumps(res, indent=1))
 
 if __name__ == '__main__': main()

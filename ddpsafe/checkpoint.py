@@ -272,7 +272,8 @@ def training_parts(learn:Learner) -> dict:
 def checkpoint_files(weights:dict, opt_state:dict, state:dict, rngs:list) -> dict:
     "The files of a checkpoint, each with its writer"
     return {'model.safetensors': lambda p: st.save_file({k: v.contiguous() for k,v in weights.items()}, str(p)),
-            'optimizer.pt': torch_writer(opt_state), 'state.pt': torch_writer(state), 'rng.pt': torch_writer(rngs)}
+            'optimizer.pt': torch_writer(opt_state, crc32=False), 'state.pt': torch_writer(state, crc32=False),
+            'rng.pt': torch_writer(rngs, crc32=False)}
 
 # %% ../nbs/08_checkpoint.ipynb #b3e29e9b
 def best_checkpoint(root:Path, # The checkpoints folder
@@ -295,11 +296,14 @@ def choose_checkpoint(root:Path) -> tuple:
 
 def read_checkpoint_file(ck:Path, # A checkpoint folder
                          name:str, # One of its files
+                         man:dict|None=None, # `ck`'s manifest as `choose_checkpoint` returned it (rank 0 verified its checksums)
                          **kwargs  # Passed to `safe_load`
                         ):
     "Read a file of checkpoint `ck` safely, on every rank"
+    entry = (man or {}).get('files', {}).get(name)
+    expect = None if entry is None else dict(size=entry['size']) if is_main() else entry
     try:
-        with torch.serialization.safe_globals(fastai_safe_globals()): return safe_load(ck/name, **kwargs)
+        with torch.serialization.safe_globals(fastai_safe_globals()): return safe_load(ck/name, expect=expect, **kwargs)
     except UnsafePickleError as e:
         raise UnsafePickleError(f'{ck/name}: refusing to unpickle it, it would import or run code, which no file ddpsafe writes does: '
                                 f'it was replaced or written by something else. Check the folder with `ddpsafe-verify {ck.parent}`, '
@@ -360,6 +364,7 @@ class CheckpointCallback(Callback):
                  signals=(signal.SIGTERM, signal.SIGUSR1), # Signals that make every rank save and stop
                  save_switch:str|None='save-now', # A file of this name in `path` makes the run save now
                  stop_switch:str|None='stop-now', # A file of this name in `path` makes the run save and stop
+                 poll_seconds:float=0., # Agree on stop requests once per this many seconds of steps (0: every step)
                  monitor:str='valid_loss', # The recorded value that picks the best checkpoint to keep
                  comp=None,           # `np.less` or `np.greater`; from `monitor`'s name when `None`
                  exit_code:int|None=REQUEUE_EXIT_CODE, # Exit with this after a signal's checkpoint; `None`: return from fit
@@ -388,7 +393,7 @@ class CheckpointCallback(Callback):
         self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(_NOT_ASKED), False, False, False
         self.last_save, self.timer_raised = time.monotonic(), False
         self.writer, self.state_buffers = (AsyncWriter(), StateBuffers()) if self.async_save else (None, None)
-        self.stops = StopRequests(self.signals, self.root, self.save_switch, self.stop_switch).install()
+        self.stops = StopRequests(self.signals, self.root, self.save_switch, self.stop_switch, self.poll_seconds).install()
         if run.fits_left and run.stopped:
             self.skipped_fit = True
             raise CancelFitException()      # a stop request ended an earlier fit of this `fine_tune`: the rest waits for the resume
@@ -408,7 +413,7 @@ class CheckpointCallback(Callback):
     def _close(self):
         "Release what this fit opened, however it ended"
         if self.stops is not None: self.stops.uninstall(wait=False)
-        if self.writer is not None and (err := self.writer.wait()) is not None:
+        if self.writer is not None and (err := self.writer.close()) is not None:
             warnings.warn(f'ddpsafe: the background checkpoint write failed too: {err}')
         if self.claim is not None: self.claim.release()      # rank 0's; the other ranks hold inactive copies
         self.stops = self.writer = self.state_buffers = self.parts = self.claim = None
@@ -499,7 +504,7 @@ class CheckpointCallback(Callback):
     def _settle(self):
         "Wait for the write in flight; raise its error everywhere"
         def wait():
-            if self.writer is not None and (err := self.writer.wait()) is not None: raise err
+            if self.writer is not None and (err := self.writer.close()) is not None: raise err
         on_main(wait)
 
     def _metric(self):
@@ -517,15 +522,15 @@ class CheckpointCallback(Callback):
         if man.get('fit', 0) > self.fit_idx:
             self.skipped_fit = True
             raise CancelFitException()
-        state = read_checkpoint_file(ck, 'state.pt')
+        state = read_checkpoint_file(ck, 'state.pt', man)
         if state['world_size'] != world():
             raise CheckpointMismatch(f'{ck} was written by {state["world_size"]} ranks and this run has {world()}: '
                                      'the data shards and random states would not match. Resume with the same number of ranks.')
         device = next(get_model(self.model).parameters()).device
-        self.parts['model'].load_state_dict(read_checkpoint_file(ck, 'model.safetensors', map_location=device), ck/'model.safetensors')
+        self.parts['model'].load_state_dict(read_checkpoint_file(ck, 'model.safetensors', man, map_location=device), ck/'model.safetensors')
         changed = check_setup(ck, state.get('setup'), self.setup, self.accept_changes)
-        if 'optimizer' not in changed: self.parts['optimizer'].load_state_dict(read_checkpoint_file(ck, 'optimizer.pt', map_location=device))
-        self._restore(state, read_checkpoint_file(ck, 'rng.pt'), same_fit='fit' not in changed)
+        if 'optimizer' not in changed: self.parts['optimizer'].load_state_dict(read_checkpoint_file(ck, 'optimizer.pt', man, map_location=device))
+        self._restore(state, read_checkpoint_file(ck, 'rng.pt', man), same_fit='fit' not in changed)
         if is_main(): print(resume_message(ck, state, self.n_epoch, len(self.dls.train)))
 
     def _restore(self, state:dict, rngs:list, same_fit:bool=True):

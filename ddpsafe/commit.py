@@ -88,11 +88,12 @@ def committing(final:Path|str,      # The file or folder to put in place
     fsync_path(final.parent)
 
 # %% ../nbs/01a_commit.ipynb #87d16095
-def file_digest(path:Path|str, chunk:int=1<<24) -> str:
+def file_digest(path:Path|str, chunk:int=1<<22) -> str:
     "The xxh3-64 checksum of `path`, in hex"
-    h = xxhash.xxh3_64()
-    with open(path, 'rb') as f:
-        while b := f.read(chunk): h.update(b)
+    h, buf = xxhash.xxh3_64(), bytearray(chunk)
+    view = memoryview(buf)
+    with open(path, 'rb', buffering=0) as f:
+        while n := f.readinto(buf): h.update(view[:n])
     return h.hexdigest()
 
 class HashingFile:

@@ -6,13 +6,13 @@ Docs: https://ddpsafe.github.io/ddpsafe/io.html.md"""
 
 # %% ../nbs/02_io.ipynb #14577651
 from __future__ import annotations
-import os, io, errno, shutil
+import os, io, errno, shutil, contextlib
 from pathlib import Path
 import torch, xxhash
 import safetensors.torch as st
 from .core import *
 from .core import _portable
-from .commit import fsync_path, errno_of, commit_file, FileWriter
+from .commit import fsync_path, errno_of, commit_file, FileWriter, file_digest
 _all_ = ['fsync_path', 'errno_of', 'commit_file', 'FileWriter']
 
 # %% auto #0
@@ -31,9 +31,18 @@ def safetensors_writer(tensors:dict) -> FileWriter:
     "A `FileWriter` of `tensors` as safetensors"
     return FileWriter(lambda f: f.write(st.save({k: v.detach().contiguous() for k,v in tensors.items()})))
 
-def torch_writer(obj, **torch_save_kwargs) -> FileWriter:
+def _zip_crc(on:bool):
+    "A context where `torch.save` computes its zip CRC-32s, or not"
+    config = getattr(getattr(torch.utils, 'serialization', None), 'config', None)   # torch >= 2.7
+    return contextlib.nullcontext() if on or config is None else config.patch({'save.compute_crc32': False})
+
+def torch_writer(obj,
+                 crc32:bool=True,  # Let `torch.save` compute its CRC-32s; `False` where a checksum of our own covers the file
+                 **torch_save_kwargs) -> FileWriter:
     "A `FileWriter` of `obj` with `torch.save`"
-    return FileWriter(lambda f: torch.save(obj, f, **torch_save_kwargs))
+    def write(f):
+        with _zip_crc(crc32): torch.save(obj, f, **torch_save_kwargs)
+    return FileWriter(write)
 
 def writer_for(obj,            # What to save
                path:Path,      # Where: the suffix picks the format
@@ -84,13 +93,24 @@ def _same_bytes(path:Path) -> bytes:
     return data
 
 # %% ../nbs/02_io.ipynb #55a0fab2
-def _deserialize(data:bytes, path:Path, map_location=None, unsafe_pickle=False, **torch_load_kwargs):
-    "The object in `data`, as safetensors or with `torch.load`"
+def _copied_out(map_location):
+    "A `torch.load` `map_location` that copies each storage out of the file's memory map"
+    restore = torch.serialization._get_restore_location(map_location)
+    def copy_out(storage, location):
+        s = restore(storage, location)
+        return s.clone() if s.data_ptr() == storage.data_ptr() else s
+    return copy_out
+
+def _deserialize(data:bytes|None, path:Path, map_location=None, unsafe_pickle=False, **torch_load_kwargs):
+    "The object in `data`, or in the file at `path` itself when `data` is `None`"
     if path.suffix == '.safetensors':
-        try: res = st.load(data)
+        try: res = st.load(data) if data is not None else st.load_file(path)
         except Exception as e: raise CorruptFileError(f'{path}: not a complete safetensors file ({e})') from e
-        return {k: v.to(map_location) for k,v in res.items()} if map_location is not None else res
-    try: return torch.load(io.BytesIO(data), map_location=map_location, weights_only=not unsafe_pickle, **torch_load_kwargs)
+        if data is None and map_location is None: map_location = 'cpu'    # copied out of the memory map
+        return {k: v.to(map_location, copy=data is None) for k,v in res.items()} if map_location is not None else res
+    src, kw = (io.BytesIO(data), {}) if data is not None else (path, dict(mmap=True))
+    if data is None: map_location = _copied_out(map_location)
+    try: return torch.load(src, map_location=map_location, weights_only=not unsafe_pickle, **kw, **torch_load_kwargs)
     except Exception as e:
         msg = str(e)
         if 'Weights only load failed' in msg and (why := [l.strip() for l in msg.splitlines() if 'GLOBAL' in l or 'global' in l]):
@@ -99,11 +119,18 @@ def _deserialize(data:bytes, path:Path, map_location=None, unsafe_pickle=False, 
         raise CorruptFileError(f'{path}: not a complete PyTorch file, it may be truncated or corrupt ({type(e).__name__}: {msg[:200]})') from e
 
 # %% ../nbs/02_io.ipynb #800f10c7
-def collective_read(path:Path|str, # The file to read
-                    parse          # Turns the file's bytes into the result; runs on every rank
+def _matches(path:Path, expect:dict) -> bool:
+    "Is `path` the file `expect` describes: its `size`, and its `xxh3` when given?"
+    try: return path.stat().st_size == expect['size'] and ('xxh3' not in expect or file_digest(path) == expect['xxh3'])
+    except OSError: return False
+
+def collective_read(path:Path|str,    # The file to read
+                    parse,            # Turns the file's bytes into the result, or the file itself when given `None`; runs on every rank
+                    expect:dict|None=None # The file's `size`, and `xxh3` unless this rank has checked it: each rank's own file is parsed when all match
                    ):
     "`parse` of rank 0's bytes of `path`, on every rank"
-    data = _same_bytes(Path(path))
+    path = Path(path)
+    data = None if expect is not None and not any_rank(not _matches(path, expect)) else _same_bytes(path)
     try: res, err = parse(data), None
     except Exception as e: res, err = None, e
     first = next((e for e in all_ranks(err if err is None else _portable(err)) if e is not None), None)
@@ -114,10 +141,11 @@ def collective_read(path:Path|str, # The file to read
 def safe_load(path:Path|str,        # The file to read: `.safetensors`, or anything `torch.save` wrote
               map_location=None,    # As in `torch.load`
               unsafe_pickle:bool=False, # Unpickle arbitrary objects: runs code from the file; only for files you trust
+              expect:dict|None=None,    # Its `size` and `xxh3`, as a checkpoint's manifest lists them: see below
               **torch_load_kwargs):
     "Load `path` on every rank with `weights_only=True`"
     path = Path(path)
-    return collective_read(path, lambda data: _deserialize(data, path, map_location, unsafe_pickle, **torch_load_kwargs))
+    return collective_read(path, lambda data: _deserialize(data, path, map_location, unsafe_pickle, **torch_load_kwargs), expect)
 
 # %% ../nbs/02_io.ipynb #2d9b71b7
 def _make_dir(path:Path, overwrite:bool):

@@ -7,8 +7,9 @@ Docs: https://ddpsafe.github.io/ddpsafe/manifest.html.md"""
 # %% ../nbs/05_manifest.ipynb #e4996c0b
 from __future__ import annotations
 import re, json, time, errno
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from .commit import committing, write_file, file_digest, discard, temporaries, clean_temporaries
+from .commit import committing, write_file, fsync_path, file_digest, discard, temporaries, clean_temporaries
 _all_ = ['file_digest']
 
 # %% auto #0
@@ -38,8 +39,13 @@ def write_checkpoint(root:Path|str,  # The checkpoints folder
     "Write a checkpoint folder, complete or not at all"
     root = Path(root); root.mkdir(parents=True, exist_ok=True)
     final = root/checkpoint_name(step)
-    with committing(final, folder=True, what=f'checkpoint {final}', kept='earlier checkpoints are unchanged') as tmp:
-        entries = {name: write_file(tmp/name, write) for name, write in files.items()}
+    with (committing(final, folder=True, what=f'checkpoint {final}', kept='earlier checkpoints are unchanged') as tmp,
+          ThreadPoolExecutor(1, thread_name_prefix='ddpsafe-flush') as flusher):
+        entries, flushed = {}, []
+        for name, write in files.items():
+            entries[name] = write_file(tmp/name, write)
+            flushed.append(flusher.submit(fsync_path, tmp/name))    # to disk while the next file is written
+        for f in flushed: f.result()
         manifest = dict(format=FORMAT, step=step, time=time.time(), **(meta or {}), files=entries)
         write_file(tmp/MANIFEST, json.dumps(manifest, indent=1).encode(), digest=False)
     return final

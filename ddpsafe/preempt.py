@@ -1,4 +1,4 @@
-"""A signal handler that only raises a flag, switch files that one rank looks for, and a one-step-late agreement so that every rank saves and stops at the same step, for the price of a small non-blocking all-reduce per step.
+"""A signal handler that only raises a flag, switch files that one rank looks for, and an agreement one round late, so that every rank saves and stops at the same step, for the price of a small non-blocking all-reduce per step (or per `poll_seconds` of steps).
 
 Docs: https://ddpsafe.github.io/ddpsafe/preempt.html.md"""
 
@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/preempt.html.md"""
 
 # %% ../nbs/06_preempt.ipynb #5182030b
 from __future__ import annotations
-import os, signal, threading, warnings
+import os, time, signal, threading, warnings
 from contextlib import contextmanager
 from pathlib import Path
 import torch, torch.distributed as dist
@@ -14,7 +14,7 @@ from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 from .core import *
 
 # %% auto #0
-__all__ = ['StopRequests', 'stop_signals', 'signals_blocked', 'REQUEUE_EXIT_CODE']
+__all__ = ['MAX_STEPS_PER_ROUND', 'StopRequests', 'stop_signals', 'signals_blocked', 'REQUEUE_EXIT_CODE']
 
 # %% ../nbs/06_preempt.ipynb #d35fd14c
 from .manifest import REQUEUE_EXIT_CODE   # 75: sysexits' EX_TEMPFAIL, 'try again'; defined with the checkpoint format, which `ddpsafe-status` reads
@@ -22,14 +22,17 @@ _all_ = ['REQUEUE_EXIT_CODE']
 
 # %% ../nbs/06_preempt.ipynb #d28cbed6
 class StopRequests:
-    "Stop signals and switch files, agreed across ranks one step late"
+    "Stop signals and switch files, agreed across ranks a round late"
     def __init__(self,
                  signals=(signal.SIGTERM, signal.SIGUSR1), # Signals that ask for a checkpoint and a stop
                  folder:Path|str|None=None,  # Where rank 0 looks for the switch files
                  save_switch:str|None='save-now',  # A file of this name in `folder`: save, go on
-                 stop_switch:str|None='stop-now'): # A file of this name in `folder`: save and stop
+                 stop_switch:str|None='stop-now', # A file of this name in `folder`: save and stop
+                 poll_seconds:float=0.): # Seconds of steps one round of agreement spans at least, by rank 0's clock; 0: every step
         self.signals,self.folder,self.save_switch,self.stop_switch = tuple(signals or ()),folder,save_switch,stop_switch
         self.signalled,self._previous,self._pending,self._stuck = None,{},None,set()
+        self.poll_seconds,self.every,self._since,self._timer,self._started = poll_seconds,1,0,False,None
+        self._rounds = [torch.zeros(5, dtype=torch.int32) for _ in range(2)]   # this round's values, and the one in flight
 
 # %% ../nbs/06_preempt.ipynb #4da06abb
 from fastcore.basics import patch
@@ -61,8 +64,10 @@ def uninstall(self:StopRequests, wait:bool=True): # Finish the round in flight? 
 def _switches(self:StopRequests) -> tuple:
     "(save, stop): the switch files rank 0 saw and removed"
     if not is_main() or self.folder is None: return False, False
+    try: here = set(os.listdir(self.folder))        # one system call for both names
+    except OSError: here = set()
     def take(name):
-        if not name: return False
+        if not name or name not in here: return False
         p = Path(self.folder)/name
         try: p.unlink(); return True
         except FileNotFoundError: return False
@@ -74,20 +79,35 @@ def _switches(self:StopRequests) -> tuple:
     return take(self.save_switch), take(self.stop_switch)
 
 # %% ../nbs/06_preempt.ipynb #6869bfb0
+_NOTHING = dict(save=False, stop=False, signal=False, timer=False)
+MAX_STEPS_PER_ROUND = 100
+
+@patch
+def _steps_per_round(self:StopRequests) -> int:
+    "How many steps the next round spans: about `poll_seconds` at the pace of the last one, at least one"
+    now, started, self._started = time.monotonic(), self._started, time.monotonic()
+    if started is None or not self.poll_seconds or not coordinating(): return 1     # alone, there is no all-reduce to wait for
+    step = (now - started) / max(self._since, 1)
+    return max(1, min(MAX_STEPS_PER_ROUND, int(self.poll_seconds / step))) if step > 0 else MAX_STEPS_PER_ROUND
+
 @patch
 def poll(self:StopRequests,
          timer:bool=False # This rank's clock says a timed save is due (rank 0's is the one that counts)
         ) -> dict:
-    "Start this round; the last round's `save`, `stop`, `signal`, `timer`"
+    "Called at every step: the last round's `save`, `stop`, `signal`, `timer` when a round ends here"
+    self._since += 1; self._timer |= timer
+    if self._pending is not None and self._since < self.every: return dict(_NOTHING)
     save_sw, stop_sw = self._switches()
-    mine = torch.tensor([int(self.signalled is not None), int(save_sw), int(stop_sw), int(timer)], dtype=torch.int32)
-    prev, self._pending = self._pending, None
+    every = self._steps_per_round() if is_main() else 0
+    mine = self._rounds[0]; self._rounds.reverse()
+    mine.numpy()[:] = (self.signalled is not None, save_sw, stop_sw, self._timer, every)
+    prev, self._pending, self._since, self._timer = self._pending, None, 0, False
     if coordinating(): self._pending = (dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=side_group(), async_op=True), mine)
     else: self._pending = (_Done(), mine)
-    if prev is None: return dict(save=False, stop=False, signal=False, timer=False)
+    if prev is None: return dict(_NOTHING)
     prev[0].wait()
-    sig, save, stop, timer = (bool(v) for v in prev[1].tolist())
-    return dict(save=sig or save or stop, stop=sig or stop, signal=sig, timer=timer)
+    sig, save, stop, timer, self.every = prev[1].tolist()
+    return dict(save=bool(sig or save or stop), stop=bool(sig or stop), signal=bool(sig), timer=bool(timer))
 
 class _Done:
     "A finished `Work`, for a single process"

@@ -6,11 +6,11 @@ Docs: https://ddpsafe.github.io/ddpsafe/snapshot.html.md"""
 
 # %% ../nbs/07_snapshot.ipynb #bf32d487
 from __future__ import annotations
-import threading
+import os, sys, queue, threading, contextlib
 import torch
 
 # %% auto #0
-__all__ = ['map_tensors', 'StateBuffers', 'AsyncWriter']
+__all__ = ['map_tensors', 'StateBuffers', 'lower_priority', 'AsyncWriter']
 
 # %% ../nbs/07_snapshot.ipynb #04d9bae3
 def _is_tensor(o): return isinstance(o, torch.Tensor)
@@ -52,26 +52,44 @@ class StateBuffers:
     def nbytes(self) -> int: return sum(b.numel()*b.element_size() for b in self.bufs.values())
 
 # %% ../nbs/07_snapshot.ipynb #f91d9cf1
-class AsyncWriter:
-    "One background write at a time"
-    def __init__(self): self.thread,self.error = None,None
+def lower_priority(nice:int=19): # The niceness to take: 19 is the lowest priority
+    "Give the calling thread a lower CPU priority, where threads have their own (Linux)"
+    if not sys.platform.startswith('linux'): return       # elsewhere it would set the whole process's
+    with contextlib.suppress(OSError): os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
 
-    def _run(self, write):
-        try: write()
-        except BaseException as e: self.error = e
+class AsyncWriter:
+    "One background write at a time, on a thread of its own"
+    def __init__(self, nice:int|None=19): # The writer thread's niceness (Linux); `None`: the process's own
+        self.nice,self.thread,self.error,self.jobs,self.idle = nice,None,None,queue.SimpleQueue(),threading.Event()
+        self.idle.set()
+
+    def _loop(self):
+        if self.nice is not None: lower_priority(self.nice)
+        while (write := self.jobs.get()) is not None:
+            try: write()
+            except BaseException as e: self.error = e
+            finally: self.idle.set()
 
     def wait(self) -> BaseException|None:
         "Wait for the write in flight; its exception, if any"
-        if self.thread is not None: self.thread.join(); self.thread = None
+        self.idle.wait()
         err, self.error = self.error, None
         return err
 
     def submit(self, write):
         "Start `write()` after the previous one; that one's exception"
         err = self.wait()
-        self.thread = threading.Thread(target=self._run, args=(write,), name='ddpsafe-writer', daemon=True)
-        self.thread.start()
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._loop, name='ddpsafe-writer', daemon=True)
+            self.thread.start()
+        self.idle.clear(); self.jobs.put(write)
+        return err
+
+    def close(self) -> BaseException|None:
+        "Wait for the write in flight and end the thread; that write's exception"
+        err = self.wait()
+        if self.thread is not None: self.jobs.put(None); self.thread.join(); self.thread = None
         return err
 
     @property
-    def busy(self) -> bool: return self.thread is not None and self.thread.is_alive()
+    def busy(self) -> bool: return not self.idle.is_set()

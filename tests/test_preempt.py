@@ -102,6 +102,20 @@ def test_sigterm_one_random_rank(folder, runs):
           f'the uninterrupted run\n  ' + '\n  '.join(map(str, stops)))
 
 # ---------------------------------------------------------------------------------------------------------------
+# poll_seconds: one round of agreement spans several short steps
+
+@pytest.mark.timeout(600)
+def test_poll_seconds_signal_stop_and_resume(folder):
+    "With `poll_seconds`, SIGTERM to one rank still stops both ranks at one step with one checkpoint, and the resume is bit-identical"
+    n_epoch, args = 8, ('--slow', '0.01', '--poll-seconds', '0.2')       # 10 ms steps: a round spans several of them
+    whole = tc.baseline(n_epoch)
+    codes, outs, res = tc.run(folder, n_epoch, *args, '--kill', 'SIGTERM:1:6', timeout=180)
+    s, m = check_signal_stop(folder, codes, outs, res, 6)              # after step 6, where rank 1 was signalled
+    assert s <= 6 + 2*20, f'the stop came {s - 6} steps after the signal: more than two rounds'
+    finish_chain(folder, whole, n_epoch, *args)
+    print(f'\n[poll_seconds=0.2] SIGTERM to rank 1 after step 6: both ranks stopped at step {s}, resumed bit-identical')
+
+# ---------------------------------------------------------------------------------------------------------------
 # SIGKILL of rank 0 in the middle of saves
 
 @pytest.mark.timeout(900)

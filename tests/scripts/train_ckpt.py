@@ -3,7 +3,7 @@
 Used by `tests/test_checkpoint.py` (issue 4) and `tests/test_preempt.py` (issue 5).
 
     python train_ckpt.py PATH N_EPOCH [--fit one_cycle|fit|fine_tune] [--every-steps N] [--every-epoch N] [--keep N]
-                         [--slow SECS] [--model-mb MB] [--out FILE] [--touch NAME:STEP] [--kill SIG:RANK:STEP]
+                         [--slow SECS] [--poll-seconds SECS] [--model-mb MB] [--out FILE] [--touch NAME:STEP] [--kill SIG:RANK:STEP]
                          [--exit-code N|none] [--best-max] [--no-resume] [--trace-fs]
 
 `PATH` is the learner's path; checkpoints go to `PATH/checkpoints`. The run is `synth_learner(path=PATH, seed=0)` (a
@@ -34,6 +34,7 @@ def parse_args(argv=None):
     p.add_argument('--every-epoch', type=int, default=1, help='0: never')
     p.add_argument('--keep', type=int, default=3)
     p.add_argument('--slow', type=float, default=0., help='seconds to sleep after every optimizer step')
+    p.add_argument('--poll-seconds', type=float, default=0., help="CheckpointCallback's poll_seconds")
     p.add_argument('--model-mb', type=float, default=0., help='an MLP with about this many MB of weights instead of Linear(4,1)')
     p.add_argument('--out', default=None)
     p.add_argument('--touch', action='append', default=[], help='NAME:STEP: rank 0 creates PATH/checkpoints/NAME after global step STEP')
@@ -108,6 +109,7 @@ def main(argv=None) -> int:
             return done
 
     cb = TracedCheckpoint(every_epoch=a.every_epoch or None, every_steps=a.every_steps, keep=a.keep, resume=not a.no_resume,
+                          poll_seconds=a.poll_seconds,
                           comp=np.greater if a.best_max else None,
                           exit_code=None if a.exit_code == 'none' else int(a.exit_code))
     res = dict(rank=r, world=world, code=0, error=None)
