@@ -504,7 +504,7 @@ class CheckpointCallback(Callback):
     def _settle(self):
         "Wait for the write in flight; raise its error everywhere"
         def wait():
-            if self.writer is not None and (err := self.writer.close()) is not None: raise err
+            if self.writer is not None and (err := self.writer.wait()) is not None: raise err
         on_main(wait)
 
     def _metric(self):

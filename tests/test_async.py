@@ -330,3 +330,22 @@ def test_signal_handlers_restored_after_failed_save(folder):
     finally:
         ckmod.checkpoint_files, FullDisk.full = FullDisk.original, False
         for s, h in before.items(): signal.signal(s, h)     # this test process must still stop on SIGTERM
+
+# ---------------------------------------------------------------------------------------------------------------
+# One writer thread for every save of a fit, at the lowest priority, ended with the fit
+
+@pytest.mark.timeout(120)
+def test_one_writer_thread_per_fit(folder):
+    "Every background save of a fit runs on the same thread, niced on Linux; no writer thread is left after fit"
+    class Threads(CheckpointCallback):
+        def _commit(self, *args, **kwargs):
+            self.seen.append((threading.get_ident(), os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+            return super()._commit(*args, **kwargs)
+    learn, cb = quiet(synth_learner(n=128, path=folder)), Threads(every_steps=2, every_epoch=None, async_save=True, exit_code=None)
+    cb.seen = []
+    learn.fit(2, cbs=[cb])
+    assert len(cb.seen) >= 3, f'only {len(cb.seen)} background saves'
+    assert len({t for t, _ in cb.seen}) == 1, f'background saves ran on {len({t for t, _ in cb.seen})} threads'
+    if os.uname().sysname == 'Linux': assert {n for _, n in cb.seen} == {19}, f'writer niceness {cb.seen}'
+    left = [t.name for t in threading.enumerate() if t.name.startswith('ddpsafe-writer')]
+    assert left == [], f'writer threads left after fit: {left}'
