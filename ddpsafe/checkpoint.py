@@ -400,10 +400,12 @@ class CheckpointCallback(Callback):
         if self.resume: self._resume()
 
     def after_fit(self):
-        "Save the fit's end; after a signal, exit"
+        "Save the fit's end; act on a stop request from the last round; after a signal, exit"
         run = run_state(self.learn)
         try:
-            if self.ran_epoch: self.save('end', finished=run.fits_left <= 1)
+            late = dict(_NOT_ASKED) if self.stopped_by else self.stops.last_round()   # requests not yet agreed as the loop ended
+            if self.ran_epoch: self.save('end', stop=late['stop'], finished=run.fits_left <= 1)
+            if late['stop']: self._stop(late)
             self._settle()
         finally:
             self.stops.uninstall()
@@ -441,9 +443,13 @@ class CheckpointCallback(Callback):
             self.epoch_due = False
         if asked['timer']: self.timer_raised = False   # rank 0 may raise the next one
         if asked['stop']:
-            self.stopped_by, run_state(self.learn).stopped = 'signal' if asked['signal'] else 'switch', True
-            if is_main(): print(f'ddpsafe: stopping at step {self.steps_before+self.fit_steps} after a {self.stopped_by}; checkpoint saved in {self.root}')
+            self._stop(asked)
             raise CancelFitException()
+
+    def _stop(self, asked:dict): # The agreed requests, with `stop` set
+        "Record who stopped the run, and say where"
+        self.stopped_by, run_state(self.learn).stopped = 'signal' if asked['signal'] else 'switch', True
+        if is_main(): print(f'ddpsafe: stopping at step {self.steps_before+self.fit_steps} after a {self.stopped_by}; checkpoint saved in {self.root}')
 
     def save_reason(self, asked:dict # The agreed requests: `save`, `stop`, `signal`, `timer`
                    ) -> str|None:

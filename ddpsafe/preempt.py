@@ -113,6 +113,16 @@ class _Done:
     "A finished `Work`, for a single process"
     def wait(self): return True
 
+# %% ../nbs/06_preempt.ipynb #1f524ef1
+@patch
+def last_round(self:StopRequests) -> dict:
+    "At a loop's end: the requests of the round in flight and of one more, the same on every rank"
+    asked = dict(_NOTHING)
+    for _ in range(2):
+        self.every = 0                      # no steps left to span: close the round now
+        asked = {k: v or asked[k] for k, v in self.poll().items()}
+    return asked
+
 # %% ../nbs/06_preempt.ipynb #701537c6
 def stop_signals() -> set:
     "The signals that installed `StopRequests` route to their flags"

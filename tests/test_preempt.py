@@ -62,11 +62,11 @@ def check_signal_stop(path, codes, outs, res, start:int) -> tuple:
     assert signalled == [ck], f'checkpoints saved for the signal: {signalled}'
     return s, m
 
-def finish_chain(path, whole, n_epoch, *args) -> list:
-    "Resume to the end; assert exit 0 and bit-identical weights on both ranks; the outputs"
+def finish_chain(path, whole, n_epoch, *args, said='ddpsafe: resumed from') -> list:
+    "Resume to the end; assert exit 0, rank 0 printing `said`, and bit-identical weights on both ranks; the outputs"
     codes, outs, res = tc.run(path, n_epoch, *args, '--out', path/'w')
     assert codes == [0, 0], f'exit codes {codes}\n' + fail_msg(outs)
-    assert 'ddpsafe: resumed from' in outs[0], outs[0][-3000:]
+    assert said in outs[0], outs[0][-3000:]
     w = tc.weights(path/'w')
     assert all(tc.same(x, whole[0]) for x in w), 'resumed run differs from the uninterrupted one'
     return outs
@@ -107,13 +107,31 @@ def test_sigterm_one_random_rank(folder, runs):
 @pytest.mark.timeout(600)
 def test_poll_seconds_signal_stop_and_resume(folder):
     "With `poll_seconds`, SIGTERM to one rank still stops both ranks at one step with one checkpoint, and the resume is bit-identical"
-    n_epoch, args = 8, ('--slow', '0.01', '--poll-seconds', '0.2')       # 10 ms steps: a round spans several of them
+    n_epoch, args = 20, ('--slow', '0.01', '--poll-seconds', '0.2')      # 10 ms steps: a round spans up to 20 of them; 60 steps
     whole = tc.baseline(n_epoch)
     codes, outs, res = tc.run(folder, n_epoch, *args, '--kill', 'SIGTERM:1:6', timeout=180)
     s, m = check_signal_stop(folder, codes, outs, res, 6)              # after step 6, where rank 1 was signalled
     assert s <= 6 + 2*20, f'the stop came {s - 6} steps after the signal: more than two rounds'
     finish_chain(folder, whole, n_epoch, *args)
     print(f'\n[poll_seconds=0.2] SIGTERM to rank 1 after step 6: both ranks stopped at step {s}, resumed bit-identical')
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize('poll_seconds', ['0', '0.2'])
+def test_signal_in_the_last_round(folder, poll_seconds):
+    "SIGTERM to rank 1 after the poll of the last step: agreed at the fit's end, both ranks exit 75, and the rerun ends the run"
+    n_epoch, args = 8, ('--slow', '0.01', '--poll-seconds', poll_seconds)
+    whole = tc.baseline(n_epoch)
+    last = n_epoch * PER_EPOCH
+    codes, outs, res = tc.run(folder, n_epoch, *args, '--kill', f'SIGTERM:1:{last}', timeout=180)
+    assert codes == [75, 75], f'exit codes {codes}: the signal in the last round was not acted on by every rank\n' + fail_msg(outs)
+    assert [o['steps'] for o in res] == [last, last], fail_msg(outs)
+    assert outs[0].count('ddpsafe: stopping at step') == 1 and f'ddpsafe: stopping at step {last} after a signal' in outs[0], outs[0][-3000:]
+    ck = newest_complete(folder/'checkpoints')
+    assert ck is not None and ck.name == checkpoint_name(last) and check_checkpoint(ck) == [], ck
+    assert read_manifest(ck)['finished'], 'the fit had run to its end: its checkpoint is the finished one'
+    outs = finish_chain(folder, whole, n_epoch, *args, said='ddpsafe: this fit already finished')
+    assert 'STEP' not in outs[0], 'the rerun of a finished run trained again'
+    print(f'\n[poll_seconds={poll_seconds}] SIGTERM to rank 1 after the last step ({last}): both ranks exited 75; the rerun trained nothing')
 
 # ---------------------------------------------------------------------------------------------------------------
 # SIGKILL of rank 0 in the middle of saves
