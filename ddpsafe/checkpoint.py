@@ -19,6 +19,7 @@ from fastai.torch_core import get_model
 import ddpsafe
 from .core import *
 from .io import safe_load, prepare_dir, torch_writer, UnsafePickleError
+from .commit import is_url, as_path
 from .manifest import *
 from .owner import claim_folder
 from .preempt import StopRequests, REQUEUE_EXIT_CODE
@@ -354,7 +355,7 @@ class CheckpointCallback(Callback):
     "Save the whole training state, and resume from it"
     order = 65   # after the recorder, the schedulers and the trackers have seen the batch or epoch
     def __init__(self,
-                 path='checkpoints',  # Folder of checkpoints, relative to `learn.path`
+                 path='checkpoints',  # Folder of checkpoints, relative to `learn.path`; or a URL such as `s3://bucket/run`
                  every_epoch:int|None=1,   # Save every this many epochs; `None`: never
                  every_steps:int|None=None, # Save every this many optimizer steps; `None`: never
                  every_seconds:float|None=None, # Also save when this much wall time has passed since the last save
@@ -364,6 +365,7 @@ class CheckpointCallback(Callback):
                  signals=(signal.SIGTERM, signal.SIGUSR1), # Signals that make every rank save and stop
                  save_switch:str|None='save-now', # A file of this name in `path` makes the run save now
                  stop_switch:str|None='stop-now', # A file of this name in `path` makes the run save and stop
+                 storage_options:dict|None=None, # For a URL `path` (`s3://bucket/run`): fsspec's options (credentials, `endpoint_url`...)
                  poll_seconds:float=0., # Agree on stop requests once per this many seconds of steps (0: every step)
                  monitor:str='valid_loss', # The recorded value that picks the best checkpoint to keep
                  comp=None,           # `np.less` or `np.greater`; from `monitor`'s name when `None`
@@ -383,7 +385,7 @@ class CheckpointCallback(Callback):
     def before_fit(self):
         "Claim the folder, start this fit's helpers, resume"
         run = run_state(self.learn)
-        self.root = prepare_dir(Path(self.learn.path)/self.path)
+        self.root = as_path(self.path, self.storage_options) if is_url(self.path) else prepare_dir(Path(self.learn.path)/self.path)
         self.claim = claim_checkpoints(self.root)
         at_fit_end(self.learn, self._close)
         self.fit_idx, run.fits = run.fits, run.fits + 1

@@ -9,8 +9,9 @@ from __future__ import annotations
 import sys, time, json as jsonlib
 from pathlib import Path
 from fastcore.script import call_parse
-from .commit import temporaries
+from .commit import temporaries, as_path
 from .manifest import *
+from .manifest import _sizes
 from .owner import read_owner, describe_owner
 
 # %% auto #0
@@ -18,7 +19,7 @@ __all__ = ['leftovers', 'comp_name', 'checkpoint_rows', 'format_rows', 'owner_li
            'ddpsafe_status']
 
 # %% ../nbs/09_cli.ipynb #078d07b7
-def _size(folder:Path) -> int: return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+def _size(folder:Path) -> int: return sum(_sizes(folder).values())
 
 def _human(n:float) -> str:
     for unit in ('B', 'KB', 'MB', 'GB'):
@@ -53,7 +54,7 @@ def checkpoint_rows(root:Path|str,        # The checkpoints folder
                     checksums:bool=True   # Compare checksums (reads every file)? Else sizes only
                    ) -> list:
     "One dict per checkpoint folder or leftover in `root`"
-    root = Path(root)
+    root = as_path(root)
     rows = []
     for p in checkpoints(root):
         status = checkpoint_status(p, checksums)
@@ -97,7 +98,7 @@ def ddpsafe_ls(path:str): # The checkpoints folder
 @call_parse
 def ddpsafe_verify(path:str): # A checkpoints folder, or one checkpoint
     "Check checkpoints against their manifests; exit 1 if damaged"
-    path = Path(path)
+    path = as_path(path)
     folders = [path] if checkpoint_step(path) is not None else checkpoints(path)
     stale = leftovers(path) if checkpoint_step(path) is None else []
     bad = 0

@@ -6,18 +6,38 @@ Docs: https://ddpsafe.github.io/ddpsafe/commit.html.md"""
 
 # %% ../nbs/01a_commit.ipynb #22548762
 from __future__ import annotations
-import os, re, uuid, shutil, contextlib
+import os, re, time, uuid, errno, shutil, tempfile, contextlib
 from contextlib import contextmanager
 from pathlib import Path
 import xxhash
 
 # %% auto #0
-__all__ = ['fsync_path', 'errno_of', 'temp_path', 'temporary_of', 'discard', 'committing', 'file_digest', 'HashingFile',
-           'FileWriter', 'write_file', 'commit_file', 'temporaries', 'clean_temporaries']
+__all__ = ['UPLOAD_ATTEMPTS', 'UPLOAD_BACKOFF', 'is_url', 'as_path', 'fsync_path', 'errno_of', 'temp_path', 'temporary_of',
+           'discard', 'committing', 'file_digest', 'HashingFile', 'FileWriter', 'write_file', 'commit_file',
+           'temporaries', 'clean_temporaries']
+
+# %% ../nbs/01a_commit.ipynb #9b0d75ef
+_LOCAL = ('', 'file', 'local')
+
+def is_url(p) -> bool:
+    "Is `p` on a remote filesystem (a URL such as `s3://bucket/run`, or a `UPath` of one)?"
+    if (proto := getattr(p, 'protocol', None)) is not None: return proto not in _LOCAL
+    return isinstance(p, str) and (m := re.match(r'([a-zA-Z][\w+.-]*)://', p)) is not None and m[1] not in _LOCAL
+
+def as_path(p,                          # A local path, a URL, or a `Path`/`UPath`
+            storage_options:dict|None=None # For a URL: passed to fsspec (`key`, `secret`, `endpoint_url`...)
+           ):
+    "`p` as a `Path`, or a URL as a `UPath`"
+    if not is_url(p): return Path(p)
+    if not isinstance(p, str): return p
+    try: from upath import UPath
+    except ImportError: raise ImportError(f'{p}: checkpoints on object storage need fsspec and universal_pathlib: pip install "ddpsafe[s3]"') from None
+    return UPath(p, **(storage_options or {}))
 
 # %% ../nbs/01a_commit.ipynb #1750f0ab
 def fsync_path(path:Path|str):
     "Flush the file or folder at `path` to disk"
+    if is_url(path): return           # object storage: an upload is durable once it returns
     fd = os.open(path, os.O_RDONLY)
     try: os.fsync(fd)
     finally: os.close(fd)
@@ -49,6 +69,9 @@ def temporary_of(path:Path|str) -> tuple|None:
 # %% ../nbs/01a_commit.ipynb #57b11190
 def _remove(path:Path):
     "Delete the file or folder at `path`, ignoring errors"
+    if is_url(path):
+        with contextlib.suppress(Exception): path.fs.rm(path.path, recursive=True)
+        return
     with contextlib.suppress(OSError):
         if path.is_dir() and not path.is_symlink(): shutil.rmtree(path, ignore_errors=True)
         else: path.unlink(missing_ok=True)
@@ -60,20 +83,27 @@ def _sync_tree(path:Path):
         for n in names: fsync_path(os.path.join(d, n))
         fsync_path(d)
 
-def discard(path:Path|str):
+def discard(path:Path|str,
+            marker:str|None=None): # Object storage: the file in folder `path` that makes it count, deleted first
     "Delete `path` in one step: rename aside, then remove"
+    if is_url(path): return _discard_remote(as_path(path), marker)
     aside = temp_path(path, 'old')
     os.replace(path, aside)
     _remove(aside)
 
-@contextmanager
 def committing(final:Path|str,      # The file or folder to put in place
                folder:bool=False,   # The temporary is a folder (created empty) instead of a file path
                what:str|None=None,  # How an error names the target (default: its path)
-               kept:str='the file that was there, if any, is unchanged' # What an error says is left as it was
+               kept:str='the file that was there, if any, is unchanged', # What an error says is left as it was
+               marker:str|None=None # Object storage: the file the block writes last into the folder, which makes it count
               ):
     "A temporary beside `final` to write at, committed on exit"
-    final = Path(final)
+    final = as_path(final)
+    if is_url(final): return _committing_remote(final, folder, what, kept, marker)
+    return _committing_local(final, folder, what, kept)
+
+@contextmanager
+def _committing_local(final:Path, folder:bool, what:str|None, kept:str):
     tmp = temp_path(final)
     try:
         if folder: tmp.mkdir()
@@ -92,7 +122,7 @@ def file_digest(path:Path|str, chunk:int=1<<22) -> str:
     "The xxh3-64 checksum of `path`, in hex"
     h, buf = xxhash.xxh3_64(), bytearray(chunk)
     view = memoryview(buf)
-    with open(path, 'rb', buffering=0) as f:
+    with (as_path(path).open('rb') if is_url(path) else open(path, 'rb', buffering=0)) as f:
         while n := f.readinto(buf): h.update(view[:n])
     return h.hexdigest()
 
@@ -118,8 +148,9 @@ def write_file(path:Path|str,     # Where to write
                digest:bool=True   # Return the file's size and checksum?
               ) -> dict|None:
     "Write `path` with `writer`; with `digest`, its size and xxh3"
-    path = Path(path)
+    path = as_path(path)
     if isinstance(writer, (bytes, bytearray, memoryview)): writer = FileWriter(lambda f, data=writer: f.write(data))
+    if is_url(path): return _upload(path, writer, digest)
     if not isinstance(writer, FileWriter):
         writer(path)
         return dict(size=path.stat().st_size, xxh3=file_digest(path)) if digest else None
@@ -133,7 +164,7 @@ def commit_file(path:Path|str, # Where the file goes
                 write          # bytes, a `FileWriter`, or a function called with a temporary path beside `path`
                ) -> Path:
     "Write `path` atomically, from this process alone"
-    path = Path(path)
+    path = as_path(path)
     with committing(path) as tmp: write_file(tmp, write, digest=False)
     return path
 
@@ -142,8 +173,8 @@ def temporaries(folder:Path|str, # The folder to look in
                 final=None       # Keep only leftovers whose final name `final(name)` accepts (default: all)
                ) -> list:
     "Leftover temporaries in `folder`, as (path, 'tmp' or 'old')"
-    folder = Path(folder)
-    if not folder.is_dir(): return []
+    folder = as_path(folder)
+    if is_url(folder) or not folder.is_dir(): return []     # object storage: nothing is written under another name
     return [(p, t[1]) for p in sorted(folder.iterdir()) if (t := temporary_of(p)) and (final is None or final(t[0]))]
 
 def clean_temporaries(folder:Path|str, final=None) -> list:
@@ -151,3 +182,54 @@ def clean_temporaries(folder:Path|str, final=None) -> list:
     stale = [p for p, _ in temporaries(folder, final)]
     for p in stale: _remove(p)
     return stale
+
+# %% ../nbs/01a_commit.ipynb #a006680c
+UPLOAD_ATTEMPTS, UPLOAD_BACKOFF = 3, 1.   # whole-file attempts (each request also has fsspec's retries); first pause, in seconds
+
+@contextmanager
+def _committing_remote(final, folder:bool, what:str|None, kept:str, marker:str|None):
+    "Object storage: written in place; a folder counts once the block writes its `marker`, last"
+    try:
+        if folder and final.exists(): discard(final, marker)
+        yield final
+    except Exception as e:
+        if folder: _remove(final)
+        raise OSError(errno_of(e) or errno.EIO, f'could not write {what or final}: {e}; {kept}') from e
+
+def _discard_remote(path, marker:str|None):
+    "The marker first: from then on the folder does not count, whatever happens to the rest"
+    if marker:
+        with contextlib.suppress(FileNotFoundError): (path/marker).unlink()
+    _remove(path)
+
+# %% ../nbs/01a_commit.ipynb #97192572
+def _abort(f):
+    "Throw away an upload that did not finish"
+    with contextlib.suppress(Exception): f.discard()       # s3fs: aborts the multipart upload
+    with contextlib.suppress(Exception): f.closed = True   # so that no `close`, nor the garbage collector, completes it
+
+def _upload(path, writer, digest:bool) -> dict|None:
+    "Upload `path` with `writer`, whole or not at all, trying again after errors"
+    if not isinstance(writer, FileWriter): return _upload_local_copy(path, writer, digest)
+    for attempt in range(UPLOAD_ATTEMPTS):
+        raw = path.open('wb')
+        try:
+            f = HashingFile(raw) if digest else raw
+            writer.write_to(f)
+            raw.close()
+            return dict(size=f.size, xxh3=f.hexdigest()) if digest else None
+        except (PermissionError, FileNotFoundError): _abort(raw); raise    # no rights, no bucket: trying again will not help
+        except Exception as e:
+            _abort(raw)
+            if attempt + 1 == UPLOAD_ATTEMPTS:
+                raise OSError(errno_of(e) or errno.EIO, f'{path}: the upload failed {UPLOAD_ATTEMPTS} times; the last error: {type(e).__name__}: {e}') from e
+            time.sleep(UPLOAD_BACKOFF * 2**attempt)
+
+def _upload_local_copy(path, write, digest:bool) -> dict|None:
+    "`write` needs a local path: a local temporary, then uploaded"
+    with tempfile.TemporaryDirectory(prefix='ddpsafe-upload-') as d:
+        local = Path(d)/path.name
+        write(local)
+        def copy(f):
+            with open(local, 'rb') as src: shutil.copyfileobj(src, f, 1<<22)
+        return _upload(path, FileWriter(copy), digest)

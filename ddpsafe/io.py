@@ -12,7 +12,7 @@ import torch, xxhash
 import safetensors.torch as st
 from .core import *
 from .core import _portable
-from .commit import fsync_path, errno_of, commit_file, FileWriter, file_digest
+from .commit import fsync_path, errno_of, commit_file, FileWriter, file_digest, is_url, as_path
 _all_ = ['fsync_path', 'errno_of', 'commit_file', 'FileWriter']
 
 # %% auto #0
@@ -48,7 +48,7 @@ def writer_for(obj,            # What to save
                path:Path,      # Where: the suffix picks the format
                **torch_save_kwargs):
     "A writer of `obj` in the format of `path`'s suffix"
-    if Path(path).suffix == '.safetensors': return _safetensors_writer(obj)
+    if as_path(path).suffix == '.safetensors': return _safetensors_writer(obj)
     if isinstance(obj, (bytes, bytearray)): return FileWriter(lambda f: f.write(obj))
     return torch_writer(obj, **torch_save_kwargs)
 
@@ -57,7 +57,7 @@ def atomic_save(obj,             # A picklable object; a module or dict of tenso
                 path:Path|str,   # The file to write
                 **torch_save_kwargs):
     "Write `obj` to `path` atomically on rank 0"
-    path = Path(path)
+    path = as_path(path)
     return on_main(commit_file, path, writer_for(obj, path, **torch_save_kwargs))
 
 # %% ../nbs/02_io.ipynb #bafc08e3
@@ -65,7 +65,7 @@ def atomic_write(path:Path|str, # The file to write
                  write          # Called on rank 0 with a temporary path in the same folder
                 ) -> Path:
     "Write `path` with `write` atomically on rank 0"
-    return on_main(commit_file, Path(path), write)
+    return on_main(commit_file, as_path(path), write)
 
 # %% ../nbs/02_io.ipynb #b4b486f4
 class CorruptFileError(ValueError):
@@ -129,8 +129,9 @@ def collective_read(path:Path|str,    # The file to read
                     expect:dict|None=None # The file's `size`, and `xxh3` unless this rank has checked it: each rank's own file is parsed when all match
                    ):
     "`parse` of rank 0's bytes of `path`, on every rank"
-    path = Path(path)
-    data = None if expect is not None and not any_rank(not _matches(path, expect)) else _same_bytes(path)
+    path = as_path(path)
+    if is_url(path): data = _same_bytes(path)         # object storage: every rank downloads, rank 0's bytes win
+    else: data = None if expect is not None and not any_rank(not _matches(path, expect)) else _same_bytes(path)
     try: res, err = parse(data), None
     except Exception as e: res, err = None, e
     first = next((e for e in all_ranks(err if err is None else _portable(err)) if e is not None), None)
@@ -144,7 +145,7 @@ def safe_load(path:Path|str,        # The file to read: `.safetensors`, or anyth
               expect:dict|None=None,    # Its `size` and `xxh3`, as a checkpoint's manifest lists them: see below
               **torch_load_kwargs):
     "Load `path` on every rank with `weights_only=True`"
-    path = Path(path)
+    path = as_path(path)
     return collective_read(path, lambda data: _deserialize(data, path, map_location, unsafe_pickle, **torch_load_kwargs), expect)
 
 # %% ../nbs/02_io.ipynb #2d9b71b7
@@ -156,7 +157,8 @@ def prepare_dir(path:Path|str,         # The folder
                 overwrite:bool=False   # Remove it and everything in it first?
                ) -> Path:
     "Create `path` on rank 0; every rank waits for it"
-    path = Path(path)
+    path = as_path(path)
+    if is_url(path): return path           # object storage has no folders to make
     on_main(_make_dir, path, overwrite)
     if not path.is_dir(): path.mkdir(parents=True, exist_ok=True)
     return path

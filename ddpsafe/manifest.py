@@ -9,11 +9,11 @@ from __future__ import annotations
 import re, json, time, errno
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from .commit import committing, write_file, fsync_path, file_digest, discard, temporaries, clean_temporaries
+from .commit import is_url, as_path, committing, write_file, fsync_path, file_digest, discard, temporaries, clean_temporaries
 _all_ = ['file_digest']
 
 # %% auto #0
-__all__ = ['FORMAT', 'MANIFEST', 'REQUEUE_EXIT_CODE', 'checkpoint_name', 'checkpoint_step', 'write_checkpoint',
+__all__ = ['FORMAT', 'MANIFEST', 'UPLOAD_THREADS', 'REQUEUE_EXIT_CODE', 'checkpoint_name', 'checkpoint_step', 'write_checkpoint',
            'CorruptCheckpoint', 'read_manifest', 'check_checkpoint', 'checkpoint_status', 'checkpoints',
            'newest_complete', 'rotate', 'clean_incomplete', 'file_digest']
 
@@ -27,7 +27,7 @@ def checkpoint_name(step:int) -> str:
 
 def checkpoint_step(path:Path|str) -> int|None:
     "The step in a checkpoint folder's name, else `None`"
-    m = re.fullmatch(r'step-(\d{8,})', Path(path).name)
+    m = re.fullmatch(r'step-(\d{8,})', path.name if hasattr(path, 'name') else Path(path).name)
     return int(m.group(1)) if m else None
 
 # %% ../nbs/05_manifest.ipynb #547aa136
@@ -37,18 +37,32 @@ def write_checkpoint(root:Path|str,  # The checkpoints folder
                      meta:dict|None=None # Anything JSON can hold, stored in the manifest (epoch, metric...)
                     ) -> Path:
     "Write a checkpoint folder, complete or not at all"
-    root = Path(root); root.mkdir(parents=True, exist_ok=True)
+    root = as_path(root)
+    if not is_url(root): root.mkdir(parents=True, exist_ok=True)
     final = root/checkpoint_name(step)
-    with (committing(final, folder=True, what=f'checkpoint {final}', kept='earlier checkpoints are unchanged') as tmp,
-          ThreadPoolExecutor(1, thread_name_prefix='ddpsafe-flush') as flusher):
-        entries, flushed = {}, []
-        for name, write in files.items():
-            entries[name] = write_file(tmp/name, write)
-            flushed.append(flusher.submit(fsync_path, tmp/name))    # to disk while the next file is written
-        for f in flushed: f.result()
+    with committing(final, folder=True, what=f'checkpoint {final}', kept='earlier checkpoints are unchanged', marker=MANIFEST) as tmp:
+        entries = (_upload_files if is_url(root) else _write_files)(tmp, files)
         manifest = dict(format=FORMAT, step=step, time=time.time(), **(meta or {}), files=entries)
         write_file(tmp/MANIFEST, json.dumps(manifest, indent=1).encode(), digest=False)
     return final
+
+def _write_files(folder:Path, files:dict) -> dict:
+    "Write each file; flush it to disk on a second thread while the next is written"
+    with ThreadPoolExecutor(1, thread_name_prefix='ddpsafe-flush') as flusher:
+        entries, flushed = {}, []
+        for name, write in files.items():
+            entries[name] = write_file(folder/name, write)
+            flushed.append(flusher.submit(fsync_path, folder/name))
+        for f in flushed: f.result()
+    return entries
+
+UPLOAD_THREADS = 4
+
+def _upload_files(folder, files:dict) -> dict:
+    "Object storage: the files serialized and uploaded side by side, so one file's upload overlaps another's serializing"
+    with ThreadPoolExecutor(min(UPLOAD_THREADS, len(files)) or 1, thread_name_prefix='ddpsafe-upload') as pool:
+        done = {name: pool.submit(write_file, folder/name, write) for name, write in files.items()}
+        return {name: f.result() for name, f in done.items()}
 
 # %% ../nbs/05_manifest.ipynb #d8c17c3f
 class CorruptCheckpoint(ValueError):
@@ -57,7 +71,7 @@ class CorruptCheckpoint(ValueError):
 # %% ../nbs/05_manifest.ipynb #c59837f2
 def read_manifest(folder:Path|str) -> dict:
     "The manifest of checkpoint `folder`"
-    folder = Path(folder)
+    folder = as_path(folder)
     try: m = json.loads((folder/MANIFEST).read_text())
     except FileNotFoundError: raise FileNotFoundError(errno.ENOENT, f'{folder}: no {MANIFEST}, the checkpoint is incomplete', str(folder)) from None
     except (ValueError, UnicodeDecodeError) as e: raise CorruptCheckpoint(f'{folder/MANIFEST}: not valid JSON ({e})') from e
@@ -66,18 +80,28 @@ def read_manifest(folder:Path|str) -> dict:
     return m
 
 # %% ../nbs/05_manifest.ipynb #4b750c10
+def _sizes(folder) -> dict:
+    "File name -> size, for the files in `folder` (one listing on object storage)"
+    if not is_url(folder): return {f.name: f.stat().st_size for f in folder.iterdir() if f.is_file()} if folder.is_dir() else {}
+    try: return {d['name'].rsplit('/', 1)[-1]: d['size'] for d in folder.fs.ls(folder.path, detail=True, refresh=True) if d['type'] == 'file'}
+    except FileNotFoundError: return {}
+
 def check_checkpoint(folder:Path|str,      # A checkpoint folder
                      checksums:bool=True   # Also compare checksums (reads every file), not only sizes?
                     ) -> list:
     "What is wrong with `folder`, one message per problem"
-    folder = Path(folder)
+    folder = as_path(folder)
     try: m = read_manifest(folder)
     except (FileNotFoundError, CorruptCheckpoint) as e: return [str(e)]
-    problems = []
+    return _problems(folder, m, checksums)
+
+def _problems(folder, m:dict, checksums:bool) -> list:
+    "How `folder` differs from its manifest `m`"
+    problems, sizes = [], _sizes(folder)
     for name, want in m['files'].items():
         f = folder/name
-        if not f.is_file(): problems.append(f'{f}: listed in the manifest, missing on disk'); continue
-        if (size := f.stat().st_size) != want['size']:
+        if (size := sizes.get(name)) is None: problems.append(f'{f}: listed in the manifest, missing on disk'); continue
+        if size != want['size']:
             problems.append(f'{f}: {size} bytes on disk, {want["size"]} in the manifest'); continue
         if checksums and file_digest(f) != want['xxh3']: problems.append(f'{f}: checksum differs from the manifest (the file changed after it was written)')
     return problems
@@ -85,15 +109,26 @@ def check_checkpoint(folder:Path|str,      # A checkpoint folder
 # %% ../nbs/05_manifest.ipynb #8b135541
 def checkpoint_status(folder:Path|str, checksums:bool=True) -> str:
     "'complete', 'incomplete' (no manifest) or 'corrupt'"
-    if not (Path(folder)/MANIFEST).exists(): return 'incomplete'
-    return 'corrupt' if check_checkpoint(folder, checksums) else 'complete'
+    folder = as_path(folder)
+    try: m = read_manifest(folder)
+    except FileNotFoundError: return 'incomplete'
+    except CorruptCheckpoint: return 'corrupt'
+    return 'corrupt' if _problems(folder, m, checksums) else 'complete'
 
 # %% ../nbs/05_manifest.ipynb #9033a203
 def checkpoints(root:Path|str) -> list:
     "Folders named as checkpoints in `root`, oldest first"
-    root = Path(root)
+    root = as_path(root)
+    if is_url(root): return _remote_checkpoints(root)
     if not root.is_dir(): return []
     return sorted((p for p in root.iterdir() if p.is_dir() and checkpoint_step(p) is not None), key=checkpoint_step)
+
+def _remote_checkpoints(root) -> list:
+    "One listing of everything under `root`: the checkpoint folders that hold at least one object"
+    try: names = root.fs.find(root.path, refresh=True)     # no `maxdepth`: one listing request, not one per folder
+    except FileNotFoundError: return []
+    folders = {n[len(root.path):].strip('/').split('/')[0] for n in names if '/' in n[len(root.path):].strip('/')}
+    return sorted((root/f for f in folders if checkpoint_step(f) is not None), key=checkpoint_step)
 
 # %% ../nbs/05_manifest.ipynb #07ca1e21
 def newest_complete(root:Path|str,
@@ -102,9 +137,9 @@ def newest_complete(root:Path|str,
                     written:Path|str|None=None # A checkpoint this process just wrote: hashed as written, so only sizes are checked
                    ) -> Path|None:
     "The newest complete checkpoint in `root`"
-    written = None if written is None else Path(written)
+    written = None if written is None else str(written)
     for p in reversed(checkpoints(root)):
-        if not (problems := check_checkpoint(p, checksums and p != written)): return p
+        if not (problems := check_checkpoint(p, checksums and str(p) != written)): return p
         if skipped is not None: skipped.append((p, problems))
     return None
 
@@ -118,13 +153,16 @@ def rotate(root:Path|str,   # The checkpoints folder
     newest = newest_complete(root, written=written)
     if newest is None: return []
     upto = [p for p in checkpoints(root) if checkpoint_step(p) <= checkpoint_step(newest) and checkpoint_status(p, checksums=False) == 'complete']
-    old = [p for p in upto[:max(len(upto)-keep, 0)] if best is None or p != Path(best)]
-    for p in old: discard(p)
+    old = [p for p in upto[:max(len(upto)-keep, 0)] if best is None or str(p) != str(best)]
+    for p in old: discard(p, marker=MANIFEST)
     return old
 
 def clean_incomplete(root:Path|str) -> list:
     "Remove leftovers of unfinished checkpoint saves and removals"
-    return clean_temporaries(root, final=checkpoint_step)
+    if not is_url(root): return clean_temporaries(root, final=checkpoint_step)
+    stale = [p for p in checkpoints(root) if not (p/MANIFEST).exists()]   # object storage: folders whose manifest never came
+    for p in stale: discard(p)
+    return stale
 
 # %% ../nbs/05_manifest.ipynb #457743b5
 REQUEUE_EXIT_CODE = 75

