@@ -28,6 +28,7 @@ def as_path(p,                          # A local path, a URL, or a `Path`/`UPat
             storage_options:dict|None=None # For a URL: passed to fsspec (`key`, `secret`, `endpoint_url`...)
            ):
     "`p` as a `Path`, or a URL as a `UPath`"
+    if isinstance(p, str) and p.startswith('file://'): p = p[len('file://'):]
     if not is_url(p): return Path(p)
     if not isinstance(p, str): return p
     try: from upath import UPath
@@ -194,7 +195,8 @@ def _committing_remote(final, folder:bool, what:str|None, kept:str, marker:str|N
         yield final
     except Exception as e:
         if folder: _remove(final)
-        raise OSError(errno_of(e) or errno.EIO, f'could not write {what or final}: {e}; {kept}') from e
+        if (code := errno_of(e)) is None and not isinstance(e, OSError): raise     # not a storage error: as it was raised
+        raise OSError(code or (errno.EACCES if isinstance(e, PermissionError) else errno.EIO), f'could not write {what or final}: {e}; {kept}') from e
 
 def _discard_remote(path, marker:str|None):
     "The marker first: from then on the folder does not count, whatever happens to the rest"

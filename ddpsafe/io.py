@@ -124,13 +124,20 @@ def _matches(path:Path, expect:dict) -> bool:
     try: return path.stat().st_size == expect['size'] and ('xxh3' not in expect or file_digest(path) == expect['xxh3'])
     except OSError: return False
 
+def _fits(data:bytes, expect:dict) -> bool:
+    "Are `data` the bytes `expect` describes?"
+    return len(data) == expect['size'] and ('xxh3' not in expect or xxhash.xxh3_64_hexdigest(data) == expect['xxh3'])
+
 def collective_read(path:Path|str,    # The file to read
                     parse,            # Turns the file's bytes into the result, or the file itself when given `None`; runs on every rank
                     expect:dict|None=None # The file's `size`, and `xxh3` unless this rank has checked it: each rank's own file is parsed when all match
                    ):
     "`parse` of rank 0's bytes of `path`, on every rank"
     path = as_path(path)
-    if is_url(path): data = _same_bytes(path)         # object storage: every rank downloads, rank 0's bytes win
+    if is_url(path):                                 # object storage: every rank downloads, rank 0's bytes win
+        data = _same_bytes(path)
+        if expect is not None and any_rank(not _fits(data, expect)):
+            raise CorruptFileError(f'{path}: the bytes read do not match the manifest (size {expect["size"]}); the object changed after it was checked')
     else: data = None if expect is not None and not any_rank(not _matches(path, expect)) else _same_bytes(path)
     try: res, err = parse(data), None
     except Exception as e: res, err = None, e
