@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/checkpoint.html.md"""
 
 # %% ../nbs/08_checkpoint.ipynb #b489a2a4
 from __future__ import annotations
-import sys, time, random, signal, threading, warnings, weakref
+import sys, time, random, shutil, signal, threading, warnings, weakref
 from pathlib import Path
 import numpy as np, torch
 import safetensors.torch as st
@@ -19,11 +19,11 @@ from fastai.torch_core import get_model
 import ddpsafe
 from .core import *
 from .io import safe_load, prepare_dir, torch_writer, UnsafePickleError
-from .commit import is_url, as_path
+from .commit import is_url, as_path, discard, FileWriter
 from .manifest import *
 from .owner import claim_folder
 from .preempt import StopRequests, REQUEUE_EXIT_CODE
-from .snapshot import StateBuffers, AsyncWriter
+from .snapshot import StateBuffers, AsyncWriter, lower_priority
 from .learner import fastai_safe_globals, CheckpointMismatch, fastai_stock
 from .callbacks import training_fit, at_fit_end, patch_fastai
 
@@ -36,7 +36,7 @@ __all__ = ['step_lock', 'model_weights', 'load_weights', 'rng_state', 'set_rng_s
            'optimizer_signature', 'fit_method', 'fit_signature', 'setup_signature', 'setup_changes', 'ModelState',
            'OptimizerState', 'RecorderState', 'TrackerState', 'LoaderState', 'RNGState', 'training_parts',
            'checkpoint_files', 'best_checkpoint', 'choose_checkpoint', 'read_checkpoint_file', 'check_setup',
-           'resume_message', 'claim_checkpoints', 'CheckpointCallback']
+           'resume_message', 'claim_checkpoints', 'upload_checkpoint', 'Uploader', 'CheckpointCallback']
 
 # %% ../nbs/08_checkpoint.ipynb #9f2b6736
 _locks, _locks_guard = weakref.WeakKeyDictionary(), threading.Lock()
@@ -288,12 +288,14 @@ def best_checkpoint(root:Path, # The checkpoints folder
     return None if best is None else best[1]
 
 # %% ../nbs/08_checkpoint.ipynb #e26612c9
-def choose_checkpoint(root:Path) -> tuple:
-    "Clean up, then the newest complete checkpoint, its manifest, what was skipped"
-    clean_incomplete(root)
-    skipped = []
-    ck = newest_complete(root, skipped=skipped)
-    return (ck, read_manifest(ck) if ck else None, [(str(p), why) for p, why in skipped])
+def choose_checkpoint(*roots) -> tuple:
+    "Clean up, then the newest complete checkpoint of the folders `roots`, its manifest, what was skipped"
+    skipped, best = [], None
+    for root in roots:
+        clean_incomplete(root)
+        ck = newest_complete(root, skipped=skipped)
+        if ck is not None and (best is None or checkpoint_step(ck) > checkpoint_step(best)): best = ck   # a tie: the first folder's
+    return (best, read_manifest(best) if best else None, [(str(p), why) for p, why in skipped])
 
 def read_checkpoint_file(ck:Path, # A checkpoint folder
                          name:str, # One of its files
@@ -347,6 +349,72 @@ def claim_checkpoints(root:Path):
                       'to save, rotate and clean it up. The checkpoints in it are unchanged: make it writable, or give '
                       '`CheckpointCallback` another `path`') from e
 
+# %% ../nbs/08_checkpoint.ipynb #e49dbe4e
+def upload_checkpoint(ck:Path, # A committed local checkpoint
+                      root     # Where to copy it: a checkpoints folder or URL
+                     ) -> Path:
+    "Copy checkpoint `ck` into `root` through the commit protocol, checking every file against `ck`'s manifest"
+    man = read_manifest(ck)
+    def copy(name):
+        def write_to(f):
+            with open(ck/name, 'rb') as src: shutil.copyfileobj(src, f, 1<<22)
+        return FileWriter(write_to)
+    meta = {k: v for k, v in man.items() if k not in ('format', 'step', 'time', 'files')}
+    up = write_checkpoint(root, man['step'], {n: copy(n) for n in man['files']}, meta)
+    if read_manifest(up)['files'] != man['files']:
+        discard(up, MANIFEST)
+        raise CorruptCheckpoint(f'{ck}: its files changed while they were uploaded to {up}; the copy was removed')
+    return up
+
+# %% ../nbs/08_checkpoint.ipynb #ac2e2c0b
+class Uploader:
+    "Copies committed checkpoints to another tier on a thread of its own; a newer one replaces one still waiting"
+    def __init__(self,
+                 root,          # Where the checkpoints go: a checkpoints folder or URL
+                 keep:int,      # How many of the newest to keep there (and the best)
+                 comp,          # `np.less` or `np.greater`: which metric is the best
+                 nice:int|None=19): # The thread's niceness (Linux), as `AsyncWriter`'s
+        store_attr()
+        self.pending,self.current,self.error,self.closing,self.thread = None,None,None,False,None
+        self.cond = threading.Condition()
+
+    def submit(self, ck:Path):
+        "Upload `ck` when the upload in flight is done"
+        with self.cond: self.pending = ck; self.cond.notify_all()
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._loop, name='ddpsafe-uploader', daemon=True); self.thread.start()
+
+    def _loop(self):
+        if self.nice is not None: lower_priority(self.nice)
+        while True:
+            with self.cond:
+                self.cond.wait_for(lambda: self.pending is not None or self.closing)
+                if self.pending is None: return
+                self.current, self.pending = self.pending, None
+            try:
+                up = upload_checkpoint(self.current, self.root)
+                rotate(self.root, self.keep, best=best_checkpoint(self.root, self.comp), written=up)
+            except BaseException as e: self.error = (self.current, e)
+            finally:
+                with self.cond: self.current = None; self.cond.notify_all()
+
+    def in_use(self) -> list:
+        "The checkpoints being uploaded or waiting"
+        with self.cond: return [p for p in (self.current, self.pending) if p is not None]
+
+    def wait(self, timeout:float|None=None) -> bool:
+        "Wait for every upload (at most `timeout` seconds); are they done?"
+        with self.cond: return self.cond.wait_for(lambda: self.current is None and self.pending is None, timeout)
+
+    def take_error(self) -> tuple|None:
+        "(checkpoint, exception) of the last failed upload, once"
+        err, self.error = self.error, None
+        return err
+
+    def close(self):
+        "Let the thread end once the upload in flight is done; drop the one waiting"
+        with self.cond: self.pending, self.closing = None, True; self.cond.notify_all()
+
 # %% ../nbs/08_checkpoint.ipynb #c3df44dd
 _CHANGES = ('model', 'optimizer', 'fit')
 _NOT_ASKED = dict(save=False, stop=False, signal=False, timer=False)
@@ -363,9 +431,11 @@ class CheckpointCallback(Callback):
                  async_save:bool=False, # Copy at the step boundary, write in a background thread
                  resume:bool=True,    # Start from the newest complete checkpoint in `path`
                  signals=(signal.SIGTERM, signal.SIGUSR1), # Signals that make every rank save and stop
-                 save_switch:str|None='save-now', # A file of this name in `path` makes the run save now
-                 stop_switch:str|None='stop-now', # A file of this name in `path` makes the run save and stop
+                 save_switch:str|None='save-now', # A file of this name in `path` (in `local` when given) makes the run save now
+                 stop_switch:str|None='stop-now', # A file of this name in `path` (in `local` when given) makes the run save and stop
                  storage_options:dict|None=None, # For a URL `path` (`s3://bucket/run`): fsspec's options (credentials, `endpoint_url`...)
+                 local:str|None=None, # A fast local folder (relative to `learn.path`): commit there first, upload to `path` in the background
+                 upload_wait:float=60., # With `local`: after a stop by signal, wait this many seconds at most for the upload
                  poll_seconds:float=0., # Agree on stop requests once per this many seconds of steps (0: every step)
                  monitor:str='valid_loss', # The recorded value that picks the best checkpoint to keep
                  comp=None,           # `np.less` or `np.greater`; from `monitor`'s name when `None`
@@ -375,7 +445,7 @@ class CheckpointCallback(Callback):
         if comp is None: self.comp = np.less if 'loss' in monitor or 'error' in monitor else np.greater
         self.accept_changes = {accept_changes} if isinstance(accept_changes, str) else set(accept_changes)
         if unknown := self.accept_changes - set(_CHANGES): raise ValueError(f'accept_changes: {sorted(unknown)} not among {_CHANGES}')
-        self.stops = self.writer = self.state_buffers = self.parts = self.claim = None
+        self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.uploader = None
 
     def __call__(self, event_name):
         "Run the event inside a training `fit` only"
@@ -386,7 +456,8 @@ class CheckpointCallback(Callback):
         "Claim the folder, start this fit's helpers, resume"
         run = run_state(self.learn)
         self.root = as_path(self.path, self.storage_options) if is_url(self.path) else prepare_dir(Path(self.learn.path)/self.path)
-        self.claim = claim_checkpoints(self.root)
+        self.local_root = prepare_dir(Path(self.learn.path)/self.local) if self.local else None
+        self.claim = claim_checkpoints(self.local_root or self.root)
         at_fit_end(self.learn, self._close)
         self.fit_idx, run.fits = run.fits, run.fits + 1
         self.steps_before, self.fit_steps, self.setup = run.steps, 0, setup_signature(self.learn)
@@ -395,7 +466,8 @@ class CheckpointCallback(Callback):
         self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(_NOT_ASKED), False, False, False
         self.last_save, self.timer_raised = time.monotonic(), False
         self.writer, self.state_buffers = (AsyncWriter(), StateBuffers()) if self.async_save else (None, None)
-        self.stops = StopRequests(self.signals, self.root, self.save_switch, self.stop_switch, self.poll_seconds).install()
+        self.uploader = Uploader(self.root, self.keep, self.comp) if self.local and is_main() else None
+        self.stops = StopRequests(self.signals, self.local_root or self.root, self.save_switch, self.stop_switch, self.poll_seconds).install()
         if run.fits_left and run.stopped:
             self.skipped_fit = True
             raise CancelFitException()      # a stop request ended an earlier fit of this `fine_tune`: the rest waits for the resume
@@ -409,6 +481,7 @@ class CheckpointCallback(Callback):
             if self.ran_epoch: self.save('end', stop=late['stop'], finished=run.fits_left <= 1)
             if late['stop']: self._stop(late)
             self._settle()
+            self._await_uploads()
         finally:
             self.stops.uninstall()
             run.steps, run.fits_left = self.steps_before + self.fit_steps, max(run.fits_left - 1, 0)
@@ -419,8 +492,9 @@ class CheckpointCallback(Callback):
         if self.stops is not None: self.stops.uninstall(wait=False)
         if self.writer is not None and (err := self.writer.close()) is not None:
             warnings.warn(f'ddpsafe: the background checkpoint write failed too: {err}')
+        if self.uploader is not None: self.uploader.close()  # after an error: the upload in flight ends in the background
         if self.claim is not None: self.claim.release()      # rank 0's; the other ranks hold inactive copies
-        self.stops = self.writer = self.state_buffers = self.parts = self.claim = None
+        self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.uploader = None
 
     # ---- when to save
     def before_epoch(self): self.ran_epoch = True
@@ -451,7 +525,7 @@ class CheckpointCallback(Callback):
     def _stop(self, asked:dict): # The agreed requests, with `stop` set
         "Record who stopped the run, and say where"
         self.stopped_by, run_state(self.learn).stopped = 'signal' if asked['signal'] else 'switch', True
-        if is_main(): print(f'ddpsafe: stopping at step {self.steps_before+self.fit_steps} after a {self.stopped_by}; checkpoint saved in {self.root}')
+        if is_main(): print(f'ddpsafe: stopping at step {self.steps_before+self.fit_steps} after a {self.stopped_by}; checkpoint saved in {self.local_root or self.root}')
 
     def save_reason(self, asked:dict # The agreed requests: `save`, `stop`, `signal`, `timer`
                    ) -> str|None:
@@ -503,11 +577,32 @@ class CheckpointCallback(Callback):
         return True
 
     def _commit(self, step:int, files:dict, meta:dict) -> Path:
-        "Write the checkpoint, then rotate (rank 0)"
+        "Write the checkpoint, then rotate (rank 0); with `local`, there, then hand it to the uploader"
         self.claim.check()
-        ck = write_checkpoint(self.root, step, files, meta)
-        rotate(self.root, self.keep, best=best_checkpoint(self.root, self.comp), written=ck)   # `ck` was hashed as written
+        root = self.local_root or self.root
+        ck = write_checkpoint(root, step, files, meta)
+        rotate(root, self.keep, best=best_checkpoint(root, self.comp), written=ck,    # `ck` was hashed as written
+               also=self.uploader.in_use() if self.uploader else ())
+        if self.uploader is not None: self._upload(ck)
         return ck
+
+    def _upload(self, ck:Path):
+        "Hand `ck` to the uploader; warn of an upload that failed"
+        if (err := self.uploader.take_error()) is not None:
+            warnings.warn(f'ddpsafe: uploading {err[0]} to {self.root} failed ({err[1]}); it is kept in {self.local_root}, the next upload tries again')
+        self.uploader.submit(ck)
+
+    def _await_uploads(self):
+        "Wait for the uploads (after a signal, `upload_wait` seconds at most); say where the newest checkpoint is"
+        def wait():
+            if self.uploader is None: return
+            done = self.uploader.wait(self.upload_wait if self.stopped_by == 'signal' else None)
+            err = self.uploader.take_error()
+            if err is not None: warnings.warn(f'ddpsafe: uploading {err[0]} to {self.root} failed: {err[1]}')
+            if err is not None or not done:
+                print(f'ddpsafe: the newest checkpoint is in {self.local_root} only; its upload to {self.root} '
+                      + ('failed' if done else f'did not finish within upload_wait={self.upload_wait:g} s') + '. A resume here uses it.')
+        on_main(wait)
 
     def _settle(self):
         "Wait for the write in flight; raise its error everywhere"
@@ -524,8 +619,9 @@ class CheckpointCallback(Callback):
     # ---- resuming
     def _resume(self):
         "Load this fit's newest checkpoint and go on from it"
-        ck, man, skipped = on_main(choose_checkpoint, self.root)
+        ck, man, skipped = on_main(choose_checkpoint, *filter(None, (self.local_root, self.root)))
         for p, why in skipped: warnings.warn(f'ddpsafe: skipping checkpoint {p}: {"; ".join(why)}')
+        if ck is not None and self.uploader is not None: self._catch_up(ck)
         if ck is None or man.get('fit', 0) < self.fit_idx: return
         if man.get('fit', 0) > self.fit_idx:
             self.skipped_fit = True
@@ -540,6 +636,12 @@ class CheckpointCallback(Callback):
         if 'optimizer' not in changed: self.parts['optimizer'].load_state_dict(read_checkpoint_file(ck, 'optimizer.pt', man, map_location=device))
         self._restore(state, read_checkpoint_file(ck, 'rng.pt', man), same_fit='fit' not in changed)
         if is_main(): print(resume_message(ck, state, self.n_epoch, len(self.dls.train)))
+
+    def _catch_up(self, ck:Path):
+        "Upload local checkpoint `ck` if `path` has nothing as new (a job killed before its last upload)"
+        if str(ck.parent) != str(self.local_root): return
+        far = newest_complete(self.root, checksums=False)
+        if far is None or checkpoint_step(far) < checkpoint_step(ck): self.uploader.submit(ck)
 
     def _restore(self, state:dict, rngs:list, same_fit:bool=True):
         "Restore the state's parts and arm the loops"

@@ -1,4 +1,4 @@
-"""See what is in a checkpoints folder, check it before you trust it, and tell a requeue loop whether the run finished.
+"""See what is in a checkpoints folder, check it before you trust it, tell a requeue loop whether the run finished, and take the weights out for use without ddpsafe.
 
 Docs: https://ddpsafe.github.io/ddpsafe/cli.html.md"""
 
@@ -6,17 +6,18 @@ Docs: https://ddpsafe.github.io/ddpsafe/cli.html.md"""
 
 # %% ../nbs/09_cli.ipynb #2ca575d3
 from __future__ import annotations
-import sys, time, json as jsonlib
+import sys, time, errno, json as jsonlib
 from pathlib import Path
+import xxhash
 from fastcore.script import call_parse
-from .commit import temporaries, as_path
+from .commit import temporaries, as_path, commit_file
 from .manifest import *
 from .manifest import _sizes
 from .owner import read_owner, describe_owner
 
 # %% auto #0
 __all__ = ['leftovers', 'comp_name', 'checkpoint_rows', 'format_rows', 'owner_line', 'ddpsafe_ls', 'ddpsafe_verify', 'run_status',
-           'ddpsafe_status']
+           'ddpsafe_status', 'plain_key', 'export_weights', 'ddpsafe_export']
 
 # %% ../nbs/09_cli.ipynb #078d07b7
 def _size(folder:Path) -> int: return sum(_sizes(folder).values())
@@ -142,3 +143,40 @@ def ddpsafe_status(path:str,       # The checkpoints folder
         when = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(s['time'])) if s['time'] else '?'
         print(f"{s['state']}: {s['checkpoint']} (step {s['step']}, epoch {s['epoch']}, reason {s['reason']}, saved {when})")
     return s['exit_code']
+
+# %% ../nbs/09_cli.ipynb #dd49af7a
+def plain_key(k:str) -> str:
+    "`k` without what DDP (a leading `module.`) and `torch.compile` (`_orig_mod.`) add to state-dict keys"
+    while k.startswith('module.'): k = k[len('module.'):]
+    return '.'.join(p for p in k.split('.') if p != '_orig_mod')
+
+def export_weights(src:Path|str, # A checkpoint, or a checkpoints folder (its newest complete checkpoint); a path or URL
+                   out:Path|str  # The safetensors file to write: a path or URL
+                  ) -> Path:
+    "The model weights of a checkpoint as one safetensors file, under the plain model's keys"
+    import safetensors.torch as st
+    src = as_path(src)
+    ck = src if checkpoint_step(src) is not None else newest_complete(src)
+    if ck is None: raise FileNotFoundError(errno.ENOENT, f'{src}: no complete checkpoint to export', str(src))
+    man = read_manifest(ck)
+    if (want := man['files'].get('model.safetensors')) is None: raise CorruptCheckpoint(f'{ck}: its manifest lists no model.safetensors')
+    data = (ck/'model.safetensors').read_bytes()
+    if len(data) != want['size'] or xxhash.xxh3_64_hexdigest(data) != want['xxh3']:
+        raise CorruptCheckpoint(f'{ck/"model.safetensors"}: does not match the manifest (changed or damaged after it was written); nothing exported')
+    weights, came_from = {}, {}
+    for k, v in st.load(data).items():
+        if (p := plain_key(k)) in came_from: raise ValueError(f'{ck}: keys {came_from[p]!r} and {k!r} both become {p!r}; nothing exported')
+        came_from[p], weights[p] = k, v
+    return commit_file(as_path(out), st.save(weights, metadata=dict(ddpsafe_checkpoint=str(ck), step=str(man['step']))))
+
+# %% ../nbs/09_cli.ipynb #aadc3214
+@call_parse
+def ddpsafe_export(path:str,                 # A checkpoint, or a checkpoints folder (its newest complete checkpoint)
+                   out:str='model.safetensors'): # The safetensors file to write
+    "Write a checkpoint's model weights as one safetensors file that loads without ddpsafe"
+    try: f = export_weights(path, out)
+    except (OSError, ValueError) as e:
+        print(f'ddpsafe-export: {e}', file=sys.stderr)
+        return 1
+    print(f'{f}: the model weights of {path}' + ('' if checkpoint_step(path) is not None else ', its newest complete checkpoint'))
+    return 0

@@ -19,7 +19,8 @@ __all__ = ['UPLOAD_ATTEMPTS', 'UPLOAD_BACKOFF', 'is_url', 'as_path', 'fsync_path
 # %% ../nbs/01a_commit.ipynb #9b0d75ef
 _LOCAL = ('', 'file', 'local')
 
-def is_url(p) -> bool:
+def is_url(p # A path, a string, or a `UPath`
+          ) -> bool:
     "Is `p` on a remote filesystem (a URL such as `s3://bucket/run`, or a `UPath` of one)?"
     if (proto := getattr(p, 'protocol', None)) is not None: return proto not in _LOCAL
     return isinstance(p, str) and (m := re.match(r'([a-zA-Z][\w+.-]*)://', p)) is not None and m[1] not in _LOCAL

@@ -147,13 +147,15 @@ def newest_complete(root:Path|str,
 def rotate(root:Path|str,   # The checkpoints folder
            keep:int,        # How many of the newest complete checkpoints to keep
            best:Path|str|None=None,    # A checkpoint to keep whatever its age
-           written:Path|str|None=None  # The checkpoint this process just wrote: its files are not read again
+           written:Path|str|None=None, # The checkpoint this process just wrote: its files are not read again
+           also=()          # More checkpoints to keep whatever their age (one being uploaded)
           ) -> list:
     "Delete old checkpoints, keeping the newest `keep` and `best`"
     newest = newest_complete(root, written=written)
     if newest is None: return []
     upto = [p for p in checkpoints(root) if checkpoint_step(p) <= checkpoint_step(newest) and checkpoint_status(p, checksums=False) == 'complete']
-    old = [p for p in upto[:max(len(upto)-keep, 0)] if best is None or str(p) != str(best)]
+    kept = {str(p) for p in (best, *also) if p is not None}
+    old = [p for p in upto[:max(len(upto)-keep, 0)] if str(p) not in kept]
     for p in old: discard(p, marker=MANIFEST)
     return old
 

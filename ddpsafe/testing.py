@@ -258,7 +258,9 @@ def _weed_ports(n:int=4) -> list:
 
 class S3TestServer:
     "A SeaweedFS S3 server on loopback, with one empty bucket"
-    def __init__(self, bucket:str='ddpsafe', folder:Path|str|None=None):
+    def __init__(self,
+                 bucket:str='ddpsafe',          # The bucket made for the caller
+                 folder:Path|str|None=None):    # Where the server keeps its data; a new temporary folder if `None`
         self.bucket, self.dir = bucket, Path(folder or tempfile.mkdtemp(prefix='ddpsafe-s3-'))
         self.port, self._master, self._volume, self._filer = _weed_ports()
         self.endpoint, self.proc = f'http://127.0.0.1:{self.port}', None

@@ -33,6 +33,10 @@ def counts(short:int,                # Attempts run by default
     marks = [pytest.mark.slow] + ([pytest.mark.timeout(timeout)] if timeout else [])
     return [pytest.param(short, id=f'{name}{short}'), pytest.param(full, marks=marks, id=f'{name}{full}')]
 
+def fail_msg(outs) -> str:
+    "Every rank's output (the last 4000 characters), for an assertion message"
+    return '\n'.join(f'--- rank {r}:\n{o[-4000:]}' for r, o in enumerate(outs))
+
 def train_ckpt():
     "tests/scripts/train_ckpt.py as a module, one per session"
     name = 'ddpsafe_train_ckpt'

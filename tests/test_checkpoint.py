@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from ddpsafe.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint, read_manifest, checkpoint_name, MANIFEST
 
-from conftest import train_ckpt
+from conftest import train_ckpt, fail_msg
 tc = train_ckpt()
 BIN = Path(sys.executable).parent
 N_EPOCH, STEPS = 4, 12          # one_cycle / fit: 4 epochs of 3 steps; fine_tune(3, freeze_epochs=1): 3 + 9 steps
@@ -31,7 +31,6 @@ def cli(cmd:str, path) -> subprocess.CompletedProcess:
     "Run an installed command (`ddpsafe-ls`, `ddpsafe-verify`) on `path`"
     return subprocess.run([str(BIN/cmd), str(path)], capture_output=True, text=True, timeout=120)
 
-def fail_msg(outs) -> str: return '\n'.join(f'--- rank {r}:\n{o[-4000:]}' for r, o in enumerate(outs))
 
 # ---------------------------------------------------------------------------------------------------------------
 # Resume after stopping at several steps: final weights equal the uninterrupted run's, bit for bit, on both ranks

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from ddpsafe.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint, read_manifest, checkpoint_name
 
-from conftest import train_ckpt, counts
+from conftest import train_ckpt, counts, fail_msg
 tc = train_ckpt()
 BIN = Path(sys.executable).parent
 SEED = int(os.environ.get('DDPSAFE_SEED', '0'))
@@ -31,7 +31,6 @@ def folder():
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
-def fail_msg(outs) -> str: return '\n'.join(f'--- rank {r}:\n{o[-4000:]}' for r, o in enumerate(outs))
 
 def waited(procs, r, pattern, timeout=180, count=1):
     "`tc.wait_for`, failing the test with every rank's output (after killing them) when the line never comes"

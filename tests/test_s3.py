@@ -11,12 +11,12 @@
 from __future__ import annotations
 import os, sys, time, json, signal, shutil, tempfile, subprocess
 from pathlib import Path
-import pytest, xxhash
+import pytest, xxhash, torch
 from ddpsafe.testing import S3TestServer
 from ddpsafe.commit import as_path, commit_file, FileWriter
 from ddpsafe.manifest import (write_checkpoint, checkpoints, newest_complete, check_checkpoint, read_manifest, rotate,
                               clean_incomplete, checkpoint_name, MANIFEST)
-from conftest import train_ckpt
+from conftest import train_ckpt, fail_msg
 tc = train_ckpt()
 BIN = Path(sys.executable).parent
 
@@ -30,7 +30,6 @@ def folder():
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
-def fail_msg(outs) -> str: return '\n'.join(f'--- rank {r}:\n{o[-4000:]}' for r, o in enumerate(outs))
 
 def cli(s3, *args) -> subprocess.CompletedProcess:
     "A ddpsafe command with the server's credentials and endpoint in the environment only"
@@ -88,20 +87,22 @@ def test_commit_protocol_on_s3(s3):
 N_EPOCH, SLOW = 4, 0.15
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize('mode', ['sync', 'async'])
+@pytest.mark.parametrize('mode', ['sync', 'async', 'local'])
 def test_sigterm_resume_on_s3(s3, folder, mode):
-    "SIGTERM to rank 1 mid-run, checkpoints on s3://: exit 75, the rerun resumes from S3 and ends bit-identical to a local run"
+    """SIGTERM to rank 1 mid-run, checkpoints on s3://: exit 75, the rerun resumes and ends bit-identical to a local run.
+    `local`: committed to a local folder first; the stop waits for the upload, so S3 has the signal's checkpoint too"""
     whole = tc.baseline(N_EPOCH)
     url = s3.url('train', f'run-{mode}')
-    args = ('--ckpt', url, '--slow', SLOW, *(['--async-save'] if mode == 'async' else []))
+    args = ('--ckpt', url, '--slow', SLOW, *(['--async-save'] if mode == 'async' else []), *(['--local', 'near'] if mode == 'local' else []))
     codes, outs, res = tc.run(folder, N_EPOCH, *args, '--kill', 'SIGTERM:1:5', env=s3.env, timeout=180)
     assert codes == [75, 75], f'exit codes {codes}\n' + fail_msg(outs)
     s = res[0]['steps']
-    assert res[1]['steps'] == s and f'ddpsafe: stopping at step {s} after a signal; checkpoint saved in {url}' in outs[0], fail_msg(outs)
+    where = folder/'near' if mode == 'local' else url
+    assert res[1]['steps'] == s and f'ddpsafe: stopping at step {s} after a signal; checkpoint saved in {where}' in outs[0], fail_msg(outs)
     root = as_path(url, s3.storage_options)
     ck = newest_complete(root)
-    assert ck is not None and ck.name == checkpoint_name(s) and read_manifest(ck)['reason'] == 'signal'
-    assert not (folder/'checkpoints').exists(), 'nothing written to the local folder'
+    assert ck is not None and ck.name == checkpoint_name(s) and read_manifest(ck)['reason'] == 'signal', f'newest on S3: {ck}'
+    assert not (folder/'checkpoints').exists(), 'nothing written to the default local folder'
     ls = cli(s3, 'ddpsafe-ls', url)
     assert ls.returncode == 0 and checkpoint_name(s) in ls.stdout and 'complete' in ls.stdout, ls.stdout + ls.stderr
     st = cli(s3, 'ddpsafe-status', url)
@@ -109,13 +110,21 @@ def test_sigterm_resume_on_s3(s3, folder, mode):
 
     codes, outs, res = tc.run(folder, N_EPOCH, *args, '--out', folder/'w', env=s3.env, timeout=180)
     assert codes == [0, 0], f'exit codes {codes}\n' + fail_msg(outs)
-    assert f'ddpsafe: resumed from {url}/{checkpoint_name(s)}' in outs[0], outs[0][-3000:]
+    assert f'ddpsafe: resumed from {where}/{checkpoint_name(s)}' in outs[0], outs[0][-3000:]     # a tie: the local tier
     w = tc.weights(folder/'w')
     assert all(tc.same(x, whole[0]) for x in w), 'resumed from S3, the run differs from the uninterrupted local one'
     vf = cli(s3, 'ddpsafe-verify', url)
     assert vf.returncode == 0 and 'with problems' in vf.stdout and ', 0 with problems' in vf.stdout, vf.stdout + vf.stderr
     assert cli(s3, 'ddpsafe-status', url).returncode == 0
-    print(f'\n[s3] {mode}: 2 ranks on {url}: SIGTERM to rank 1 after step 5, both stopped at {s}, exit 75; the rerun resumed from S3 '
+    # the final weights out of S3, for use without ddpsafe: to a local file and to another object
+    import safetensors.torch as st
+    out_url = s3.url('models', f'{mode}.safetensors')
+    for out in (folder/'exported.safetensors', out_url):
+        ex = cli(s3, 'ddpsafe-export', url, '--out', out)
+        assert ex.returncode == 0, ex.stdout + ex.stderr
+    for got in (st.load_file(folder/'exported.safetensors'), st.load(as_path(out_url, s3.storage_options).read_bytes())):
+        assert got.keys() == whole[0].keys() and all(torch.equal(got[k], whole[0][k]) for k in got), 'the export differs from the final weights'
+    print(f'\n[s3] {mode}: 2 ranks on {url}: SIGTERM to rank 1 after step 5, both stopped at {s}, exit 75; the rerun resumed from {where} '
           f'and ended bit-identical to the uninterrupted local run; ddpsafe-ls/verify/status read the URL with AWS_* only')
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -169,3 +178,53 @@ def test_missing_bucket_fails_before_training(s3, folder):
     for r in res: assert url in r['error'] and 'cannot write in this checkpoints folder' in r['error'], r['error']
     assert not any('STEP 1' in o for o in outs), 'it trained before finding out'
     print(f'\n[s3] {url}: every rank raised before the first step: {res[1]["error"][:200]}')
+
+# ---------------------------------------------------------------------------------------------------------------
+# A local tier first
+
+@pytest.mark.timeout(900)
+def test_local_first_kill9_then_resume_from_either_tier(s3, folder):
+    """`local=`: checkpoints committed locally, uploaded in the background. The S3 server dies, the job is killed -9
+    after a local commit whose upload never finished: the rerun resumes from the local copy (and uploads it); on a new
+    machine (no local folder) the rerun resumes from S3. Both end bit-identical to an uninterrupted run."""
+    n_epoch, slow = 4, 0.3
+    whole = tc.baseline(n_epoch)
+    url = s3.url('tiers', 'a')
+    args = ('--ckpt', url, '--local', 'local-ckpts', '--every-steps', '1', '--keep', '3', '--slow', slow)
+    root = as_path(url, s3.storage_options)
+    procs = tc.launch(folder, n_epoch, *args, env=s3.env)
+    try:
+        assert tc.wait_for(procs, 0, 'SAVE-END 2 steps saved .*', 240), fail_msg([procs.output(0), procs.output(1)])
+        from ddpsafe.testing import wait_until
+        wait_until(lambda: (ck := newest_complete(root, checksums=False)) is not None and checkpoint_step_of(ck) >= 2, 60, 'an upload to S3')
+        uploaded = checkpoint_step_of(newest_complete(root))
+        s3.kill()                                                   # no upload gets through from now on
+        assert tc.wait_for(procs, 0, f'SAVE-END {uploaded + 3} steps saved .*', 240), fail_msg([procs.output(0), procs.output(1)])
+        procs.kill()                                                # kill -9, both ranks, uploads in flight or waiting
+    except BaseException: procs.kill(); s3.start(); raise
+    s3.start()
+    local = folder/'local-ckpts'
+    newest_local = checkpoint_step_of(newest_complete(local))
+    far_before = checkpoint_step_of(newest_complete(root))
+    assert newest_local >= uploaded + 3 and far_before < newest_local, (newest_local, far_before)
+    # a new machine: S3 as it was, no local folder (the S3 folder copied to another URL first, for the other half)
+    url_b = s3.url('tiers', 'b')
+    root.fs.copy(root.path, as_path(url_b, s3.storage_options).path, recursive=True)
+    machine_b = folder/'b'; machine_b.mkdir()
+
+    codes, outs, res = tc.run(folder, n_epoch, *args, '--out', folder/'w', env=s3.env, timeout=300)
+    assert codes == [0, 0], f'exit codes {codes}\n' + fail_msg(outs)
+    assert f'ddpsafe: resumed from {local}/step-{newest_local:08d}' in outs[0], outs[0][-3000:]
+    assert all(tc.same(x, whole[0]) for x in tc.weights(folder/'w')), 'resumed from the local tier, the run differs'
+    assert checkpoint_step_of(newest_complete(root)) == n_epoch * 3, 'the last checkpoint was not uploaded at the end of fit'
+    assert all(check_checkpoint(p) == [] for p in checkpoints(root) if (p/MANIFEST).exists())
+
+    codes, outs, res = tc.run(machine_b, n_epoch, *args[:1], url_b, *args[2:], '--out', machine_b/'w', env=s3.env, timeout=300)
+    assert codes == [0, 0], f'exit codes {codes}\n' + fail_msg(outs)
+    assert f'ddpsafe: resumed from {url_b}/step-{far_before:08d}' in outs[0], outs[0][-3000:]
+    assert all(tc.same(x, whole[0]) for x in tc.weights(machine_b/'w')), 'resumed from S3, the run differs'
+    print(f'\n[s3] local tier: S3 down after step {uploaded} was uploaded, kill -9 after the local commit of step {newest_local} '
+          f'(S3 newest: {far_before}); the rerun resumed from the local step {newest_local}, a new machine from S3 step {far_before}; '
+          f'both bit-identical to the uninterrupted run')
+
+def checkpoint_step_of(p) -> int|None: return None if p is None else int(p.name.split('-')[1])

@@ -44,6 +44,7 @@ def parse_args(argv=None):
     p.add_argument('--no-resume', action='store_true')
     p.add_argument('--trace-fs', action='store_true', help='print every shutil.rmtree of a checkpoint folder')
     p.add_argument('--async-save', action='store_true', help="CheckpointCallback's async_save")
+    p.add_argument('--local', default=None, help="CheckpointCallback's local: a folder in PATH committed to first, then uploaded to --ckpt")
     p.add_argument('--ckpt', default='checkpoints', help="CheckpointCallback's path: a folder in PATH, or a URL (credentials from AWS_*)")
     return p.parse_args(argv)
 
@@ -111,7 +112,7 @@ def main(argv=None) -> int:
             return done
 
     cb = TracedCheckpoint(a.ckpt, every_epoch=a.every_epoch or None, every_steps=a.every_steps, keep=a.keep, resume=not a.no_resume,
-                          poll_seconds=a.poll_seconds, async_save=a.async_save,
+                          poll_seconds=a.poll_seconds, async_save=a.async_save, local=a.local,
                           comp=np.greater if a.best_max else None,
                           exit_code=None if a.exit_code == 'none' else int(a.exit_code))
     res = dict(rank=r, world=world, code=0, error=None)
