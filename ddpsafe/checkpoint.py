@@ -376,11 +376,12 @@ class Uploader:
                  nice:int|None=19): # The thread's niceness (Linux), as `AsyncWriter`'s
         store_attr()
         self.pending,self.current,self.error,self.closing,self.thread = None,None,None,False,None
+        self.latest = self.uploaded = None     # the newest checkpoint submitted, and the newest one uploaded
         self.cond = threading.Condition()
 
     def submit(self, ck:Path):
         "Upload `ck` when the upload in flight is done"
-        with self.cond: self.pending = ck; self.cond.notify_all()
+        with self.cond: self.pending = self.latest = ck; self.cond.notify_all()
         if self.thread is None:
             self.thread = threading.Thread(target=self._loop, name='ddpsafe-uploader', daemon=True); self.thread.start()
 
@@ -393,6 +394,7 @@ class Uploader:
                 self.current, self.pending = self.pending, None
             try:
                 up = upload_checkpoint(self.current, self.root)
+                self.uploaded = self.current
                 rotate(self.root, self.keep, best=best_checkpoint(self.root, self.comp), written=up)
             except BaseException as e: self.error = (self.current, e)
             finally:
@@ -405,6 +407,11 @@ class Uploader:
     def wait(self, timeout:float|None=None) -> bool:
         "Wait for every upload (at most `timeout` seconds); are they done?"
         with self.cond: return self.cond.wait_for(lambda: self.current is None and self.pending is None, timeout)
+
+    @property
+    def behind(self) -> bool:
+        "Is the newest checkpoint submitted not uploaded (yet, or at all)?"
+        return self.latest is not None and str(self.latest) != str(self.uploaded)
 
     def take_error(self) -> tuple|None:
         "(checkpoint, exception) of the last failed upload, once"
@@ -445,7 +452,7 @@ class CheckpointCallback(Callback):
         if comp is None: self.comp = np.less if 'loss' in monitor or 'error' in monitor else np.greater
         self.accept_changes = {accept_changes} if isinstance(accept_changes, str) else set(accept_changes)
         if unknown := self.accept_changes - set(_CHANGES): raise ValueError(f'accept_changes: {sorted(unknown)} not among {_CHANGES}')
-        self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.uploader = None
+        self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.far_claim = self.uploader = None
 
     def __call__(self, event_name):
         "Run the event inside a training `fit` only"
@@ -457,8 +464,11 @@ class CheckpointCallback(Callback):
         run = run_state(self.learn)
         self.root = as_path(self.path, self.storage_options) if is_url(self.path) else prepare_dir(Path(self.learn.path)/self.path)
         self.local_root = prepare_dir(Path(self.learn.path)/self.local) if self.local else None
-        self.claim = claim_checkpoints(self.local_root or self.root)
+        if self.local_root is not None and not is_url(self.root) and self.local_root.resolve() == self.root.resolve():
+            raise ValueError(f'{self.local_root}: `local` and `path` are the same folder; `local` is a second, faster one')
         at_fit_end(self.learn, self._close)
+        self.claim = claim_checkpoints(self.local_root or self.root)
+        self.far_claim = claim_checkpoints(self.root) if self.local else None    # `path` too: its owner, or a probe that it can be written
         self.fit_idx, run.fits = run.fits, run.fits + 1
         self.steps_before, self.fit_steps, self.setup = run.steps, 0, setup_signature(self.learn)
         self.parts = training_parts(self.learn)
@@ -493,8 +503,9 @@ class CheckpointCallback(Callback):
         if self.writer is not None and (err := self.writer.close()) is not None:
             warnings.warn(f'ddpsafe: the background checkpoint write failed too: {err}')
         if self.uploader is not None: self.uploader.close()  # after an error: the upload in flight ends in the background
-        if self.claim is not None: self.claim.release()      # rank 0's; the other ranks hold inactive copies
-        self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.uploader = None
+        for c in (self.claim, self.far_claim):
+            if c is not None: c.release()                    # rank 0's; the other ranks hold inactive copies
+        self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.far_claim = self.uploader = None
 
     # ---- when to save
     def before_epoch(self): self.ran_epoch = True
@@ -599,8 +610,8 @@ class CheckpointCallback(Callback):
             done = self.uploader.wait(self.upload_wait if self.stopped_by == 'signal' else None)
             err = self.uploader.take_error()
             if err is not None: warnings.warn(f'ddpsafe: uploading {err[0]} to {self.root} failed: {err[1]}')
-            if err is not None or not done:
-                print(f'ddpsafe: the newest checkpoint is in {self.local_root} only; its upload to {self.root} '
+            if self.uploader.behind:
+                print(f'ddpsafe: the newest checkpoint, {self.uploader.latest}, is in {self.local_root} only; its upload to {self.root} '
                       + ('failed' if done else f'did not finish within upload_wait={self.upload_wait:g} s') + '. A resume here uses it.')
         on_main(wait)
 

@@ -170,14 +170,15 @@ def test_server_killed_during_saves(s3, folder, down):
 # A bucket that is not there
 
 @pytest.mark.timeout(300)
-def test_missing_bucket_fails_before_training(s3, folder):
-    "A URL that cannot be written: a clear error on every rank, naming it, before the first step"
+@pytest.mark.parametrize('tiers', ['s3', 'local+s3'])
+def test_missing_bucket_fails_before_training(s3, folder, tiers):
+    "A URL that cannot be written: a clear error on every rank, naming it, before the first step (with a local tier too)"
     url = 's3://no-such-bucket/run'
-    codes, outs, res = tc.run(folder, N_EPOCH, '--ckpt', url, env=s3.env, timeout=180)
+    codes, outs, res = tc.run(folder, N_EPOCH, '--ckpt', url, *(['--local', 'near'] if tiers != 's3' else []), env=s3.env, timeout=180)
     assert codes == [1, 1], f'exit codes {codes}\n' + fail_msg(outs)
     for r in res: assert url in r['error'] and 'cannot write in this checkpoints folder' in r['error'], r['error']
     assert not any('STEP 1' in o for o in outs), 'it trained before finding out'
-    print(f'\n[s3] {url}: every rank raised before the first step: {res[1]["error"][:200]}')
+    print(f'\n[s3] {url} ({tiers}): every rank raised before the first step: {res[1]["error"][:200]}')
 
 # ---------------------------------------------------------------------------------------------------------------
 # A local tier first
