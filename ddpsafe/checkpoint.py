@@ -32,11 +32,12 @@ def _loaded(module:str, name:str):
     return getattr(sys.modules.get(module), name, ())
 
 # %% auto #0
-__all__ = ['step_lock', 'model_weights', 'load_weights', 'rng_state', 'set_rng_state', 'RunState', 'run_state', 'model_signature',
-           'optimizer_signature', 'fit_method', 'fit_signature', 'setup_signature', 'setup_changes', 'ModelState',
-           'OptimizerState', 'RecorderState', 'TrackerState', 'LoaderState', 'RNGState', 'training_parts',
+__all__ = ['step_lock', 'model_weights', 'load_weights', 'rng_state', 'set_rng_state', 'rank_rng_state', 'RunState', 'run_state',
+           'model_signature', 'optimizer_signature', 'fit_method', 'fit_signature', 'setup_signature', 'setup_changes',
+           'ModelState', 'OptimizerState', 'RecorderState', 'TrackerState', 'LoaderState', 'RNGState', 'training_parts',
            'checkpoint_files', 'best_checkpoint', 'choose_checkpoint', 'read_checkpoint_file', 'check_setup',
-           'resume_message', 'claim_checkpoints', 'upload_checkpoint', 'Uploader', 'CheckpointCallback']
+           'resume_message', 'position_in', 'world_change_message', 'claim_checkpoints', 'upload_checkpoint',
+           'Uploader', 'CheckpointCallback']
 
 # %% ../nbs/08_checkpoint.ipynb #9f2b6736
 _locks, _locks_guard = weakref.WeakKeyDictionary(), threading.Lock()
@@ -85,19 +86,35 @@ def snapshot(self:Learner,
         return (buffers or StateBuffers()).copy(state)
 
 # %% ../nbs/08_checkpoint.ipynb #3e6a54f7
+def _numpy_plain(s:tuple) -> tuple:
+    "numpy's generator state with its keys as a tensor, which `weights_only` loads accept"
+    kind, keys, *rest = s
+    return (kind, torch.from_numpy(keys.astype(np.int64)), *rest)
+
 def rng_state() -> dict:
     "This process's random states: torch (and CUDA), numpy and Python"
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()
     return dict(torch=torch.get_rng_state(), cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-                numpy=(kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss), python=random.getstate())
+                numpy=_numpy_plain(np.random.get_state()), python=random.getstate())
 
 def set_rng_state(s:dict):
     "Restore the random states `rng_state` returned"
     torch.set_rng_state(s['torch'])
     if s['cuda'] and torch.cuda.is_available(): torch.cuda.set_rng_state_all(s['cuda'])
+    if s.get('cuda_seed') is not None and torch.cuda.is_available(): torch.cuda.manual_seed_all(s['cuda_seed'])
     kind, keys, *rest = s['numpy']
     np.random.set_state((kind, keys.numpy().astype(np.uint32), *rest))
     random.setstate(s['python'])
+
+# %% ../nbs/08_checkpoint.ipynb #e0966729
+def rank_rng_state(saved:list, # Every saving rank's `rng_state`, in rank order
+                   r:int       # A rank of this run
+                  ) -> dict:
+    "Rank `r`'s random states: its own saved ones, or a stream derived from them if it did not save"
+    if r < len(saved): return saved[r]
+    g = torch.Generator(); g.set_state(saved[r % len(saved)]['torch'])
+    seed = int(np.random.SeedSequence([int(torch.randint(2**62, (1,), generator=g)), r]).generate_state(1)[0])
+    return dict(torch=torch.Generator().manual_seed(seed).get_state(), cuda=[], cuda_seed=seed,
+                numpy=_numpy_plain(np.random.RandomState(seed).get_state()), python=random.Random(seed).getstate())
 
 # %% ../nbs/08_checkpoint.ipynb #b682e5bd
 class RunState:
@@ -260,9 +277,15 @@ class LoaderState:
         for dl, s in zip(self.learn.dls.loaders, d): _base_dl(dl).rng.setstate(s)
 
 class RNGState:
-    "Every rank's random states; both methods are collective"
-    def state_dict(self) -> list: return all_ranks(rng_state())
-    def load_state_dict(self, d:list): set_rng_state(d[rank()])
+    "Every rank's random states, now and as the epoch began; both methods are collective"
+    def __init__(self): self.epoch_start = self.resumed_epoch = None
+    def begin_epoch(self):
+        if self.resumed_epoch is not None: set_rng_state(self.resumed_epoch)  # before the loader draws its workers' seeds
+        self.epoch_start, self.resumed_epoch = rng_state(), None
+    def end_epoch(self): self.epoch_start = None
+    def state_dict(self) -> list: return all_ranks(dict(rng_state(), epoch_start=self.epoch_start))
+    def load_state_dict(self, d:list): set_rng_state(rank_rng_state(d, rank()))
+    def resume_epoch(self, d:list): self.resumed_epoch = rank_rng_state(d, rank()).get('epoch_start')
 
 # %% ../nbs/08_checkpoint.ipynb #9de53321
 def training_parts(learn:Learner) -> dict:
@@ -338,6 +361,25 @@ def resume_message(ck:Path, state:dict, n_epoch:int, n_batches:int) -> str:
     where = (f'the end of epoch {state["epoch"]}' if state['epoch_done'] else
              f'epoch {state["epoch"]}, after training batch {state["iter"]} of {n_batches}')
     return f'ddpsafe: resumed from {ck} at {where} (step {state["global_step"]})'
+
+# %% ../nbs/08_checkpoint.ipynb #f504ea37
+def position_in(state:dict,    # A checkpoint's `state.pt`
+                n_batches:int, # Training batches an epoch has in this run, per rank
+                ck='the checkpoint' # Its folder, for the error
+               ) -> dict:
+    "`state` with its mid-epoch batch moved to the same fraction of this run's epoch, rounded up"
+    saved = state.get('train_batches')
+    if state['epoch_done'] or saved == n_batches or (saved is None and state['world_size'] == world()): return state
+    if saved is None: raise CheckpointMismatch(f'{ck} was written by {state["world_size"]} ranks, this run has {world()}, and it '
+                                               'does not record its epoch length: resume it with the same number of ranks')
+    return {**state, 'iter': min(n_batches, -(-state['iter']*n_batches // saved))}
+
+def world_change_message(ck, state:dict) -> str:
+    "What a resume on another number of ranks changes, in words"
+    a, b = state['world_size'], world()
+    return (f'ddpsafe: {ck} was saved by {a} ranks and this run has {b}: the weights, optimizer state and schedule go on exactly; '
+            f"a step now takes the batches of {b} rank{'s'*(b != 1)} instead of {a}, and the epochs' order is split anew over them"
+            + (f', and ranks {a} to {b-1} draw from random streams derived from the saved ones' if b > a else ''))
 
 # %% ../nbs/08_checkpoint.ipynb #4eb33bd5
 def claim_checkpoints(root:Path):
@@ -509,8 +551,12 @@ class CheckpointCallback(Callback):
 
     # ---- when to save
     def before_epoch(self): self.ran_epoch = True
-    def before_train(self): self.in_train = True; self.parts['loaders'].begin_epoch()
-    def after_train(self): self.in_train = False; self.parts['loaders'].end_epoch()
+    def before_train(self):
+        self.in_train = True
+        for k in ('loaders', 'rng'): self.parts[k].begin_epoch()
+    def after_train(self):
+        self.in_train = False
+        for k in ('loaders', 'rng'): self.parts[k].end_epoch()
     def before_batch(self): self.stepped = False
     def before_step(self): self.stepped = True
     def after_cancel_step(self): self.stepped = False
@@ -560,7 +606,7 @@ class CheckpointCallback(Callback):
         done = not self.in_train
         return dict(epoch=self.epoch, iter=self.n_iter if done else self.iter+1, epoch_done=done, train_iter=self.train_iter,
                     pct_train=self.pct_train, n_epoch=self.n_epoch, fit_steps=self.fit_steps,
-                    global_step=self.steps_before+self.fit_steps, fit=self.fit_idx)
+                    global_step=self.steps_before+self.fit_steps, fit=self.fit_idx, train_batches=len(self.dls.train))
 
     def save(self,
              reason:str='request', # Why: 'epoch', 'steps', 'time', 'end', 'signal', 'switch'... (recorded in the manifest)
@@ -637,16 +683,15 @@ class CheckpointCallback(Callback):
         if man.get('fit', 0) > self.fit_idx:
             self.skipped_fit = True
             raise CancelFitException()
-        state = read_checkpoint_file(ck, 'state.pt', man)
-        if state['world_size'] != world():
-            raise CheckpointMismatch(f'{ck} was written by {state["world_size"]} ranks and this run has {world()}: '
-                                     'the data shards and random states would not match. Resume with the same number of ranks.')
+        state = position_in(read_checkpoint_file(ck, 'state.pt', man), len(self.dls.train), ck)
         device = next(get_model(self.model).parameters()).device
         self.parts['model'].load_state_dict(read_checkpoint_file(ck, 'model.safetensors', man, map_location=device), ck/'model.safetensors')
         changed = check_setup(ck, state.get('setup'), self.setup, self.accept_changes)
         if 'optimizer' not in changed: self.parts['optimizer'].load_state_dict(read_checkpoint_file(ck, 'optimizer.pt', man, map_location=device))
         self._restore(state, read_checkpoint_file(ck, 'rng.pt', man), same_fit='fit' not in changed)
-        if is_main(): print(resume_message(ck, state, self.n_epoch, len(self.dls.train)))
+        if is_main():
+            print(resume_message(ck, state, self.n_epoch, len(self.dls.train)))
+            if state['world_size'] != world(): print(world_change_message(ck, state))
 
     def _catch_up(self, ck:Path):
         "Upload local checkpoint `ck` if `path` has nothing as new (a job killed before its last upload)"
@@ -667,11 +712,13 @@ class CheckpointCallback(Callback):
             run.start_epoch = state['epoch'] + 1
             p['rng'].load_state_dict(rngs)
         else:
-            n_iter = len(self.dls.train)   # a changed fit: where the same batch falls in its schedule
-            pct = state['pct_train'] if same_fit else (state['epoch'] + state['iter']/n_iter) / self.n_epoch
+            n_iter = len(self.dls.train)   # a changed fit or epoch length: where the same batch falls in its schedule
+            exact = same_fit and state.get('train_batches', n_iter) == n_iter
+            pct = state['pct_train'] if exact else (state['epoch'] + state['iter']/n_iter) / self.n_epoch
             def at_resume_point():
                 self.learn.pct_train, self.learn.train_iter = pct, state['train_iter']
                 p['rng'].load_state_dict(rngs)
+            p['rng'].resume_epoch(rngs)
             run.start_epoch, run.skip = state['epoch'], (state['iter'], at_resume_point)
 
 # %% ../nbs/08_checkpoint.ipynb #729c0233

@@ -15,7 +15,8 @@ bigger MLP on the same synthetic data with `--model-mb`), trained inside `learn.
     SAVE-BEGIN g reason / SAVE-END g reason saved|skipped    around every `CheckpointCallback.save`
     RESULT {json}                    last: rank, exit code, steps done, how the run stopped, the error if any
 
-`--out FILE` writes this rank's final weights (`torch.save` of the state_dict) to `FILE.rank{r}`.
+`--out FILE` writes this rank's final weights (`torch.save` of the state_dict) to `FILE.rank{r}`; `--start-out FILE` the
+unwrapped model's weights and the optimizer's state as the fit starts (after a resume) to `FILE.rank{r}`.
 The exit code is the callback's (`REQUEUE_EXIT_CODE`=75 after a signal), 0 at the end, 1 on an error.
 
 The second half of this file holds test-side helpers (launching, parsing, a cache of uninterrupted runs); they import
@@ -37,6 +38,7 @@ def parse_args(argv=None):
     p.add_argument('--poll-seconds', type=float, default=0., help="CheckpointCallback's poll_seconds")
     p.add_argument('--model-mb', type=float, default=0., help='an MLP with about this many MB of weights instead of Linear(4,1)')
     p.add_argument('--out', default=None)
+    p.add_argument('--start-out', default=None, help="FILE: write the weights and optimizer state the fit starts from (after a resume) to FILE.rank{r}")
     p.add_argument('--touch', action='append', default=[], help='NAME:STEP: rank 0 creates PATH/checkpoints/NAME after global step STEP')
     p.add_argument('--kill', action='append', default=[], help='SIG:RANK:STEP: rank RANK sends itself SIG after global step STEP')
     p.add_argument('--exit-code', default='75')
@@ -93,6 +95,10 @@ def main(argv=None) -> int:
         def before_fit(self):
             super().before_fit()
             say(f'FIT {self.fit_idx} START steps_before={self.steps_before}')
+            if a.start_out:
+                from fastai.torch_core import get_model
+                torch.save(dict(model={k: v.detach().clone() for k, v in get_model(self.model).state_dict().items()},
+                                opt=self.learn.opt.state_dict()), f'{a.start_out}.rank{r}')
         def after_batch(self):
             if self.training:
                 g = self.steps_before + self.train_iter
