@@ -14,12 +14,14 @@ from .manifest import *
 from .owner import claim_folder, FolderInUse, FolderClaim, read_owner, OWNER
 from .learner import *
 from .checkpoint import *
+from .sharded import *
+from .fsdp import *          # learn.fsdp_ctx()
 import ddpsafe.callbacks   # patches fastai's trackers, lr_find, GatherPredsCallback, CSVLogger, TerminateOnNaNCallback
 from .preempt import REQUEUE_EXIT_CODE, StopRequests
 from .cli import ddpsafe_ls, ddpsafe_verify, ddpsafe_status
 
 # %% ../nbs/11_all.ipynb #8614f33d
-import ddpsafe.core, ddpsafe.io, ddpsafe.manifest, ddpsafe.learner, ddpsafe.checkpoint
-__all__ = [n for m in (ddpsafe.core, ddpsafe.io, ddpsafe.manifest, ddpsafe.learner, ddpsafe.checkpoint) for n in m.__all__]
+import ddpsafe.core, ddpsafe.io, ddpsafe.manifest, ddpsafe.learner, ddpsafe.checkpoint, ddpsafe.sharded, ddpsafe.fsdp
+__all__ = [n for m in (ddpsafe.core, ddpsafe.io, ddpsafe.manifest, ddpsafe.learner, ddpsafe.checkpoint, ddpsafe.sharded, ddpsafe.fsdp) for n in m.__all__]
 __all__ += ['claim_folder', 'FolderInUse', 'FolderClaim', 'read_owner', 'OWNER',
             'REQUEUE_EXIT_CODE', 'StopRequests', 'ddpsafe_ls', 'ddpsafe_verify', 'ddpsafe_status']

@@ -24,6 +24,9 @@ from .manifest import *
 from .owner import claim_folder
 from .preempt import StopRequests, REQUEUE_EXIT_CODE
 from .snapshot import StateBuffers, AsyncWriter, lower_priority
+from torch.distributed.fsdp import FSDPModule
+from .sharded import is_sharded, full_weights, load_full_weights, full_optimizer_state, shard_optimizer_state
+import ddpsafe.fsdp   # learn.fsdp_ctx
 from .learner import fastai_safe_globals, CheckpointMismatch, fastai_stock
 from .callbacks import training_fit, at_fit_end, patch_fastai
 
@@ -57,17 +60,22 @@ def _do_grad_opt(self:Learner):
 
 # %% ../nbs/08_checkpoint.ipynb #bf67af9c
 def model_weights(model) -> dict:
-    "The unwrapped model's `state_dict`, each shared tensor once"
-    seen, out = set(), {}
-    for k, v in get_model(model).state_dict().items():
+    "The unwrapped model's `state_dict`, each shared tensor once; a sharded model's gathered on rank 0 (collective)"
+    seen, out, m = set(), {}, get_model(model)
+    for k, v in (full_weights(m) if is_sharded(m) else m.state_dict()).items():
         key = (v.device, v.data_ptr(), v.dtype, tuple(v.shape))
         if v.numel() and key in seen: continue
         seen.add(key); out[k] = v
     return out
 
+def _tied(m) -> set:
+    "State-dict names that repeat a parameter under another name"
+    return set(m.state_dict()) - {n for n, _ in m.named_parameters()} - {n for n, _ in m.named_buffers()}
+
 def load_weights(model, weights:dict, file):
     "Load `weights` from `file` into the unwrapped `model`"
     m = get_model(model)
+    if is_sharded(m): return load_full_weights(m, weights, file, optional=_tied(m))
     tied = set(m.state_dict()) - set(model_weights(m))
     try: missing, unexpected = m.load_state_dict(weights, strict=False)
     except RuntimeError as e: raise CheckpointMismatch(f'{file} does not fit this model: {e}') from e
@@ -80,9 +88,9 @@ def load_weights(model, weights:dict, file):
 def snapshot(self:Learner,
              buffers:StateBuffers|None=None # Buffers to refill; new ones when `None`
             ) -> dict:
-    "A CPU copy of the model and optimizer at one step boundary"
+    "A CPU copy of the model and optimizer at one step boundary (collective for a sharded model)"
     with step_lock(self):
-        state = dict(model=model_weights(self.model), opt=self.opt.state_dict() if self.opt is not None else None)
+        state = dict(model=model_weights(self.model), opt=full_optimizer_state(self.opt.state_dict()) if self.opt is not None else None)
         return (buffers or StateBuffers()).copy(state)
 
 # %% ../nbs/08_checkpoint.ipynb #3e6a54f7
@@ -166,10 +174,16 @@ def _name(f) -> str:
     f = getattr(f, 'func', f)
     return getattr(f, '__name__', type(f).__name__)
 
+def _class_name(m) -> str:
+    "A module's class name, as it was before FSDP2 sharded it"
+    cls = type(m)
+    if issubclass(cls, FSDPModule): cls = next(c for c in cls.__mro__ if not issubclass(c, FSDPModule))
+    return cls.__name__
+
 def model_signature(model) -> dict:
     "The model's module classes and weight shapes"
     m = get_model(model)
-    return dict(modules=[type(o).__name__ for o in m.modules()],
+    return dict(modules=[_class_name(o) for o in m.modules()],
                 weights={k: [list(v.shape), str(v.dtype).replace('torch.', '')] for k,v in m.state_dict().items()})
 
 def optimizer_signature(learn:Learner) -> dict:
@@ -239,8 +253,10 @@ class ModelState:
 class OptimizerState:
     "fastai's optimizer: each parameter's state, and the hyper-parameters"
     def __init__(self, learn:Learner): self.learn = learn
-    def state_dict(self) -> dict: return self.learn.opt.state_dict()
-    def load_state_dict(self, d:dict): self.learn.opt.load_state_dict(d)
+    def state_dict(self) -> dict: return full_optimizer_state(self.learn.opt.state_dict())
+    def load_state_dict(self, d:dict):
+        opt = self.learn.opt
+        opt.load_state_dict(shard_optimizer_state(d, list(opt.all_params().itemgot(0))) if is_sharded(self.learn.model) else d)
 
 class RecorderState:
     "fastai's `Recorder` history, as plain values"
@@ -627,9 +643,9 @@ class CheckpointCallback(Callback):
                     metric=self._metric() if pos['epoch_done'] else None)
         if not self.async_save:
             on_main(self._commit, pos['global_step'], checkpoint_files(p['model'].state_dict(), p['optimizer'].state_dict(), state, rngs), meta)
-        elif is_main():
+        elif is_main() or is_sharded(self.model):          # a sharded model is gathered by every rank
             snap = self.learn.snapshot(self.state_buffers)
-            self.writer.submit(lambda: self._commit(pos['global_step'], checkpoint_files(snap['model'], snap['opt'], state, rngs), meta))
+            if is_main(): self.writer.submit(lambda: self._commit(pos['global_step'], checkpoint_files(snap['model'], snap['opt'], state, rngs), meta))
         self.last_pos, self.last_save = (pos['global_step'], pos['epoch_done']), time.monotonic()
         return True
 
@@ -684,7 +700,7 @@ class CheckpointCallback(Callback):
             self.skipped_fit = True
             raise CancelFitException()
         state = position_in(read_checkpoint_file(ck, 'state.pt', man), len(self.dls.train), ck)
-        device = next(get_model(self.model).parameters()).device
+        device = 'cpu' if is_sharded(self.model) else next(get_model(self.model).parameters()).device   # shards are cut from a CPU copy
         self.parts['model'].load_state_dict(read_checkpoint_file(ck, 'model.safetensors', man, map_location=device), ck/'model.safetensors')
         changed = check_setup(ck, state.get('setup'), self.setup, self.accept_changes)
         if 'optimizer' not in changed: self.parts['optimizer'].load_state_dict(read_checkpoint_file(ck, 'optimizer.pt', man, map_location=device))

@@ -11,9 +11,10 @@ from datetime import timedelta
 import torch, torch.distributed as dist
 
 # %% auto #0
-__all__ = ['live', 'rank', 'world', 'is_main', 'coordinating', 'ddp_timeout', 'DistTimeout', 'start_heartbeat', 'stop_heartbeat',
-           'silent_ranks', 'peer_failure', 'bound_process_group', 'side_group', 'release_side_group', 'broadcast_bytes',
-           'RemoteTraceback', 'on_main', 'agree', 'any_rank', 'all_ranks', 'barrier']
+__all__ = ['live', 'rank', 'world', 'is_main', 'coordinating', 'ddp_timeout', 'DistTimeout', 'CheckpointMismatch',
+           'start_heartbeat', 'stop_heartbeat', 'silent_ranks', 'peer_failure', 'bound_process_group', 'side_group',
+           'release_side_group', 'broadcast_bytes', 'RemoteTraceback', 'on_main', 'agree', 'any_rank', 'all_ranks',
+           'barrier']
 
 # %% ../nbs/00_core.ipynb #f89291bf
 def live() -> bool:
@@ -53,6 +54,10 @@ class DistTimeout(RuntimeError):
         super().__init__(msg)
         self.missing = missing
     def __reduce__(self): return (type(self), (str(self), self.missing))
+
+# %% ../nbs/00_core.ipynb #d41263eb
+class CheckpointMismatch(ValueError):
+    "A checkpoint that was saved from another model or setup"
 
 # %% ../nbs/00_core.ipynb #b7e10a02
 _beat = {}

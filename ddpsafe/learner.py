@@ -22,10 +22,11 @@ from fastai.learner import Learner
 from fastai.data.core import DataLoaders
 from fastai.torch_core import get_model
 from .core import *
+from .sharded import is_sharded, full_weights, load_full_weights, full_optimizer_state, shard_optimizer_state
 from .io import *
 
 # %% auto #0
-__all__ = ['fastai_stock', 'when_imported', 'patch_distributed', 'fastai_safe_globals', 'CheckpointMismatch', 'save_model',
+__all__ = ['fastai_stock', 'when_imported', 'start_process_group', 'patch_distributed', 'fastai_safe_globals', 'save_model',
            'load_model', 'load_learner', 'patch_text_learner', 'load_dls']
 
 # %% ../nbs/03_learner.ipynb #8d1594d8
@@ -61,6 +62,12 @@ def _init_from_env():
     if cuda: torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', rank())) % torch.cuda.device_count())
     dist.init_process_group('nccl' if cuda else 'gloo', init_method='env://', timeout=timedelta(seconds=ddp_timeout()))
 
+def start_process_group() -> bool:
+    "Start the default group from the launcher's variables, if it has set them and none runs; did it start one?"
+    if live() or 'WORLD_SIZE' not in os.environ: return False
+    _init_from_env()
+    return True
+
 def patch_distributed():
     "Patch fastai's DDP for CPU and bounded waits"
     import fastai.distributed as fd
@@ -93,7 +100,7 @@ def patch_distributed():
         cleanup = False
         try:
             if in_notebook:
-                if not dist.is_initialized() and fd.num_distrib() > 0: _init_from_env(); cleanup = True
+                cleanup = start_process_group()
                 if not fd.rank_distrib(): print('Training Learner...')
             if fd.num_distrib(): self.to_distributed(sync_bn, **kwargs)
             yield self
@@ -112,10 +119,6 @@ def fastai_safe_globals() -> list:
     "Classes fastai allows in `weights_only=True` loads"
     return [L, getattr(np, "_core", np.core).multiarray.scalar, np.dtype, *[getattr(np.dtypes, dt) for dt in np.dtypes.__all__]]
 
-# %% ../nbs/03_learner.ipynb #78d28df7
-class CheckpointMismatch(ValueError):
-    "A checkpoint that was saved from another model or setup"
-
 # %% ../nbs/03_learner.ipynb #e10cca65
 def save_model(file,                 # Where to write
                model,                # The model whose weights to save
@@ -123,10 +126,10 @@ def save_model(file,                 # Where to write
                with_opt:bool=True,   # Save the optimizer state too?
                pickle_protocol:int=2,
                **torch_save_kwargs):
-    "Save `model` (and `opt`) to `file` atomically on rank 0"
+    "Save `model` (and `opt`) to `file` atomically on rank 0; a sharded model's whole state (collective)"
     if opt is None: with_opt = False
-    state = get_model(model).state_dict()
-    if with_opt: state = {'model': state, 'opt': opt.state_dict()}
+    state = full_weights(model) if is_sharded(model) else get_model(model).state_dict()
+    if with_opt: state = {'model': state, 'opt': full_optimizer_state(opt.state_dict())}
     return atomic_save(state, file, pickle_protocol=pickle_protocol, **torch_save_kwargs)
 
 # %% ../nbs/03_learner.ipynb #15a8b510
@@ -152,13 +155,15 @@ def load_model(file,                # The file to read
                strict:bool=True,    # As in `load_state_dict`
                clean=None,          # A function applied to the weights first (fastai's text models use `clean_raw_keys`)
                **torch_load_kwargs):
-    "Load `model` (and `opt`) from `file` on every rank"
+    "Load `model` (and `opt`) from `file` on every rank; a sharded model keeps its shards"
     state = _load_state(file, device, **torch_load_kwargs)
     hasopt = isinstance(state, dict) and set(state) == {'model', 'opt'}
     model_state = state['model'] if hasopt else state
-    _fit(get_model(model), clean(model_state) if clean else model_state, file, strict)
+    model_state, sharded = clean(model_state) if clean else model_state, is_sharded(model)
+    if sharded: load_full_weights(model, model_state, file)
+    else: _fit(get_model(model), model_state, file, strict)
     if hasopt and with_opt:
-        try: opt.load_state_dict(state['opt'])
+        try: opt.load_state_dict(shard_optimizer_state(state['opt'], list(opt.all_params().itemgot(0))) if sharded else state['opt'])
         except Exception: warnings.warn(f'{file}: could not load the optimizer state; the model weights were loaded')
     elif with_opt: warnings.warn(f"{file} doesn't contain an optimizer state; the model weights were loaded")
 

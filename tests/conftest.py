@@ -45,6 +45,42 @@ def train_ckpt():
         m = importlib.util.module_from_spec(spec); sys.modules[name] = m; spec.loader.exec_module(m)
     return sys.modules[name]
 
+def batches(n:int) -> tuple:
+    """(batches each of `n` ranks trains in an epoch, fastai's `len` of its loader): 48 items in batches of 8, `drop_last`.
+    fastai's `DistributedDL.__len__` rounds the base loader's 6 batches up to a multiple of `n` and ignores `drop_last`,
+    so on 4 ranks it says 2 while each rank's 12 items make 1 whole batch"""
+    return (48 // n) // 8, -(-6 // n)
+
+def same_tree(a, b) -> bool:
+    "Are two nested state dicts equal, tensors bit for bit?"
+    import torch
+    if isinstance(a, torch.Tensor): return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict): return isinstance(b, dict) and a.keys() == b.keys() and all(same_tree(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)): return isinstance(b, (list, tuple)) and len(a) == len(b) and all(map(same_tree, a, b))
+    return a == b
+
+def resumed_on(folder, n_epoch:int, n:int, *args, saved_by:int=2) -> tuple:
+    """Resume the newest checkpoint in `folder/checkpoints` (saved by `saved_by` ranks) with `train_ckpt.py` on `n` ranks to
+    the end: (codes, outs, results). Every rank must start from exactly its weights and optimizer state, and end with the
+    same weights as the others"""
+    import torch, safetensors.torch as st
+    from ddpsafe.learner import fastai_safe_globals
+    from ddpsafe.manifest import newest_complete
+    ck = newest_complete(folder/'checkpoints')
+    weights = st.load_file(ck/'model.safetensors')          # read now: rotation removes `ck` before the run ends
+    with torch.serialization.safe_globals(fastai_safe_globals()): opt = torch.load(ck/'optimizer.pt', weights_only=True)
+    tc = train_ckpt()
+    codes, outs, res = tc.run(folder, n_epoch, *args, '--start-out', folder/'start', '--out', folder/'w', n=n, timeout=300)
+    assert codes == [0]*n, f'exit codes {codes}\n' + fail_msg(outs)
+    for r in range(n):
+        start = torch.load(f'{folder}/start.rank{r}', weights_only=False)      # written by the test script
+        assert tc.same(start['model'], weights), f'rank {r} did not start from the weights in {ck}'
+        assert same_tree(start['opt'], opt), f'rank {r} did not start from the optimizer state in {ck}'
+    final = tc.weights(folder/'w', n)
+    assert all(tc.same(w, final[0]) for w in final), 'the ranks ended with different weights'
+    if n != saved_by: assert f'{ck} was saved by {saved_by} ranks and this run has {n}' in outs[0], outs[0][-3000:]
+    return codes, outs, res
+
 def tally(outcomes:list) -> dict:
     "How many of each failure in `outcomes`"
     res = {}

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from ddpsafe.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint, read_manifest, checkpoint_name, MANIFEST
 
-from conftest import train_ckpt, fail_msg
+from conftest import train_ckpt, fail_msg, batches, resumed_on
 tc = train_ckpt()
 BIN = Path(sys.executable).parent
 N_EPOCH, STEPS = 4, 12          # one_cycle / fit: 4 epochs of 3 steps; fine_tune(3, freeze_epochs=1): 3 + 9 steps
@@ -156,45 +156,13 @@ def test_checkpoint_without_manifest(folder):
 # ---------------------------------------------------------------------------------------------------------------
 # A checkpoint from another world size resumes from exactly its weights and optimizer state, and the run finishes
 
-def batches(n:int) -> tuple:
-    """(batches each of `n` ranks trains in an epoch, fastai's `len` of its loader): 48 items in batches of 8, `drop_last`.
-    fastai's `DistributedDL.__len__` rounds the base loader's 6 batches up to a multiple of `n` and ignores `drop_last`,
-    so on 4 ranks it says 2 while each rank's 12 items make 1 whole batch"""
-    return (48 // n) // 8, -(-6 // n)
-
-def same_tree(a, b) -> bool:
-    "Are two nested state dicts equal, tensors bit for bit?"
-    import torch
-    if isinstance(a, torch.Tensor): return isinstance(b, torch.Tensor) and torch.equal(a, b)
-    if isinstance(a, dict): return isinstance(b, dict) and a.keys() == b.keys() and all(same_tree(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)): return isinstance(b, (list, tuple)) and len(a) == len(b) and all(map(same_tree, a, b))
-    return a == b
-
-def resumed_on(folder, n:int) -> tuple:
-    "Resume the 2-rank checkpoints in `folder` on `n` ranks to the end: (codes, outs, res), each rank's starting state checked"
-    import torch, safetensors.torch as st
-    from ddpsafe.learner import fastai_safe_globals
-    ck = newest_complete(folder/'checkpoints')
-    weights = st.load_file(ck/'model.safetensors')          # read now: rotation removes `ck` before the run ends
-    with torch.serialization.safe_globals(fastai_safe_globals()): opt = torch.load(ck/'optimizer.pt', weights_only=True)
-    codes, outs, res = tc.run(folder, N_EPOCH, '--start-out', folder/'start', '--out', folder/'w', n=n, timeout=300)
-    assert codes == [0]*n, f'exit codes {codes}\n' + fail_msg(outs)
-    for r in range(n):
-        start = torch.load(f'{folder}/start.rank{r}', weights_only=False)      # written by the test script
-        assert tc.same(start['model'], weights), f'rank {r} did not start from the weights in {ck}'
-        assert same_tree(start['opt'], opt), f'rank {r} did not start from the optimizer state in {ck}'
-    final = tc.weights(folder/'w', n)
-    assert all(tc.same(w, final[0]) for w in final), 'the ranks ended with different weights'
-    assert f'{ck} was saved by 2 ranks and this run has {n}' in outs[0], outs[0][-3000:]
-    return codes, outs, res
-
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize('n', [1, 4])
 def test_other_world_size(folder, n):
     "The checkpoint of epoch 2 of 4, saved on 2 ranks (3 steps an epoch), resumed on n ranks"
     name = checkpoint_name(6)
     shutil.copytree(tc.baseline_run(N_EPOCH, '--fit', 'one_cycle')['path']/'checkpoints'/name, folder/'checkpoints'/name)
-    codes, outs, res = resumed_on(folder, n)
+    codes, outs, res = resumed_on(folder, N_EPOCH, n)
     per, _ = batches(n)
     assert [o['steps'] for o in res] == [6 + 2*per]*n, f'steps {[o["steps"] for o in res]}, want {6 + 2*per}'
     last = newest_complete(folder/'checkpoints')
@@ -208,7 +176,7 @@ def test_other_world_size_mid_epoch(folder, n):
     "Stopped on 2 ranks at step 4 (epoch 1, after batch 1 of 3), resumed on n ranks at the same fraction of the epoch"
     codes, outs, res = tc.run(folder, N_EPOCH, '--touch', 'stop-now:3')
     assert codes == [0, 0] and [o['steps'] for o in res] == [4, 4], f'exit codes {codes}\n' + fail_msg(outs)
-    codes, outs, res = resumed_on(folder, n)
+    codes, outs, res = resumed_on(folder, N_EPOCH, n)
     per, n_len = batches(n); at = -(-n_len // 3)      # batch 1 of 3, rounded up to a batch of this run
     assert f'at epoch 1, after training batch {at} of {n_len} (step 4)' in outs[0], outs[0][-3000:]
     assert [o['steps'] for o in res] == [4 + max(per - at, 0) + 2*per]*n, f'steps {[o["steps"] for o in res]}'

@@ -4,10 +4,10 @@ Used by `tests/test_checkpoint.py` (issue 4) and `tests/test_preempt.py` (issue 
 
     python train_ckpt.py PATH N_EPOCH [--fit one_cycle|fit|fine_tune] [--every-steps N] [--every-epoch N] [--keep N]
                          [--slow SECS] [--poll-seconds SECS] [--model-mb MB] [--out FILE] [--touch NAME:STEP] [--kill SIG:RANK:STEP]
-                         [--exit-code N|none] [--best-max] [--no-resume] [--trace-fs]
+                         [--exit-code N|none] [--best-max] [--no-resume] [--trace-fs] [--fsdp] [--start-out FILE] ...
 
 `PATH` is the learner's path; checkpoints go to `PATH/checkpoints`. The run is `synth_learner(path=PATH, seed=0)` (a
-bigger MLP on the same synthetic data with `--model-mb`), trained inside `learn.distrib_ctx()` with a
+bigger MLP on the same synthetic data with `--model-mb`), trained inside `learn.distrib_ctx()` (`learn.fsdp_ctx()` with `--fsdp`) with a
 `CheckpointCallback`. Each rank prints marker lines, flushed at once, that the tests read:
 
     FIT i START                      before fit i's first batch (the signal handlers are installed)
@@ -47,6 +47,7 @@ def parse_args(argv=None):
     p.add_argument('--trace-fs', action='store_true', help='print every shutil.rmtree of a checkpoint folder')
     p.add_argument('--async-save', action='store_true', help="CheckpointCallback's async_save")
     p.add_argument('--local', default=None, help="CheckpointCallback's local: a folder in PATH committed to first, then uploaded to --ckpt")
+    p.add_argument('--fsdp', action='store_true', help='train inside learn.fsdp_ctx() (FSDP2) instead of distrib_ctx (DDP)')
     p.add_argument('--ckpt', default='checkpoints', help="CheckpointCallback's path: a folder in PATH, or a URL (credentials from AWS_*)")
     return p.parse_args(argv)
 
@@ -95,10 +96,13 @@ def main(argv=None) -> int:
         def before_fit(self):
             super().before_fit()
             say(f'FIT {self.fit_idx} START steps_before={self.steps_before}')
-            if a.start_out:
+            if a.start_out:            # whole tensors on every rank, gathered from the shards under FSDP
                 from fastai.torch_core import get_model
-                torch.save(dict(model={k: v.detach().clone() for k, v in get_model(self.model).state_dict().items()},
-                                opt=self.learn.opt.state_dict()), f'{a.start_out}.rank{r}')
+                from torch.distributed.tensor import DTensor
+                from ddpsafe.sharded import full_optimizer_state
+                whole = lambda v: (v.full_tensor() if isinstance(v, DTensor) else v).detach().clone()
+                torch.save(dict(model={k: whole(v) for k, v in get_model(self.model).state_dict().items()},
+                                opt=full_optimizer_state(self.learn.opt.state_dict(), everywhere=True)), f'{a.start_out}.rank{r}')
         def after_batch(self):
             if self.training:
                 g = self.steps_before + self.train_iter
@@ -123,7 +127,7 @@ def main(argv=None) -> int:
                           exit_code=None if a.exit_code == 'none' else int(a.exit_code))
     res = dict(rank=r, world=world, code=0, error=None)
     try:
-        with learn.distrib_ctx():
+        with (learn.fsdp_ctx() if a.fsdp else learn.distrib_ctx()):
             if a.fit == 'one_cycle': learn.fit_one_cycle(a.n_epoch, 1e-2, cbs=cb)
             elif a.fit == 'fit': learn.fit(a.n_epoch, 1e-2, cbs=cb)
             else: learn.fine_tune(a.n_epoch, 1e-2, freeze_epochs=1, cbs=cb)
