@@ -390,12 +390,13 @@ def position_in(state:dict,    # A checkpoint's `state.pt`
                                                'does not record its epoch length: resume it with the same number of ranks')
     return {**state, 'iter': min(n_batches, -(-state['iter']*n_batches // saved))}
 
-def world_change_message(ck, state:dict) -> str:
-    "What a resume on another number of ranks changes, in words"
-    a, b = state['world_size'], world()
+def world_change_message(ck, state:dict, now:int|None=None) -> str:
+    "What a resume on `now` ranks (default: this run's) changes, in words"
+    a, b = state['world_size'], now or world()
+    new = '' if b <= a else f', and rank {a} draws' if b == a+1 else f', and ranks {a} to {b-1} draw'
     return (f'ddpsafe: {ck} was saved by {a} ranks and this run has {b}: the weights, optimizer state and schedule go on exactly; '
             f"a step now takes the batches of {b} rank{'s'*(b != 1)} instead of {a}, and the epochs' order is split anew over them"
-            + (f', and ranks {a} to {b-1} draw from random streams derived from the saved ones' if b > a else ''))
+            + (f'{new} from random streams derived from the saved ones' if new else ''))
 
 # %% ../nbs/08_checkpoint.ipynb #4eb33bd5
 def claim_checkpoints(root:Path):

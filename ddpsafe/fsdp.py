@@ -10,16 +10,14 @@ import copy
 from contextlib import contextmanager
 import torch, torch.distributed as dist
 from torch import nn
-from torch.distributed.fsdp import fully_shard, FSDPModule
-from torch.distributed.checkpoint.state_dict import get_model_state_dict, StateDictOptions
-from fastcore.basics import patch, store_attr, noop
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+from fastcore.basics import patch, noop
 from fastai.learner import Learner
 from fastai.callback.core import Callback
-from fastai.callback.progress import ProgressCallback
-from fastai.torch_core import get_model
 from .core import *
 from .learner import start_process_group
-from .sharded import is_sharded, _device
+from .sharded import _device
 
 # %% auto #0
 __all__ = ['shard_units', 'shard_model', 'meta_copy', 'unshard_model', 'ShardedTrainer']
@@ -57,11 +55,11 @@ def unshard_model(sharded:nn.Module, # A model `shard_model` sharded
                   skeleton:nn.Module # Its `meta_copy`, taken before sharding
                  ) -> nn.Module:
     "`skeleton` holding `sharded`'s full weights and buffers: a plain module; collective"
-    full = get_model_state_dict(sharded, options=StateDictOptions(full_state_dict=True))
     skeleton.to_empty(device=_device(sharded))
+    target = skeleton.state_dict(keep_vars=True)
     with torch.no_grad():
-        for name, b in sharded.named_buffers(): skeleton.get_buffer(name).copy_(b)
-    skeleton.load_state_dict(full)
+        for k, v in sharded.state_dict().items(): target[k].copy_(v.full_tensor() if isinstance(v, DTensor) else v)   # one whole tensor at a time
+        for name, b in sharded.named_buffers(): skeleton.get_buffer(name).copy_(b)                                   # the unsaved ones too
     return skeleton
 
 # %% ../nbs/07a_fsdp.ipynb #27d981a1
@@ -86,8 +84,7 @@ def fsdp_ctx(self:Learner,
              policy=None,          # `policy(module) -> bool` picks the units instead
              **kwargs):            # Passed to `fully_shard`: `mp_policy`, `reshard_after_forward`, `offload_policy`...
     "Train with FSDP2 inside the block; `learn.model` is a plain module with the trained weights after it"
-    started = start_process_group()
-    skeleton = cb = None
+    started, skeleton, cb, bar, done = start_process_group(), None, None, None, False
     try:
         if live():
             bound_process_group()
@@ -95,8 +92,9 @@ def fsdp_ctx(self:Learner,
             shard_model(self.model, min_params, policy, **kwargs)
             self.opt, cb = None, ShardedTrainer()
             self.add_cb(cb)
-            if rank(): self.remove_cb(ProgressCallback)
+            if rank() and hasattr(self, 'progress'): bar = self.progress; self.remove_cb(bar)   # one progress bar, rank 0's
         yield self
+        done = True
     except Exception as e:
         err = peer_failure(e, 'training')
         if err is e: raise
@@ -104,6 +102,6 @@ def fsdp_ctx(self:Learner,
     finally:
         if cb is not None:
             self.remove_cb(cb)
-            if rank() and not hasattr(self, 'progress'): self.add_cb(ProgressCallback())
-            self.model, self.opt = unshard_model(self.model, skeleton), None
+            if bar is not None: self.add_cb(bar)
+            if done: self.model, self.opt = unshard_model(self.model, skeleton), None   # collective: not after an error
         if started: release_side_group(); dist.destroy_process_group()

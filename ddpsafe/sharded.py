@@ -38,10 +38,10 @@ def load_full_weights(model, # A sharded model
                      ):
     "Load full `weights` into the sharded `model`, each rank keeping its shard; collective"
     m = get_model(model)
-    names, shapes = set(m.state_dict()), {k: tuple(v.shape) for k, v in m.state_dict().items()}
-    missing, unexpected = sorted(names - set(weights) - set(optional)), sorted(set(weights) - names)
-    wrong = [k for k in names & set(weights) if tuple(weights[k].shape) != shapes[k]]
-    problems = [f'{what} {names[:5]}' for what, names in (('missing', missing), ('unexpected', unexpected), ('other shapes for', sorted(wrong))) if names]
+    shapes = {k: tuple(v.shape) for k, v in m.state_dict().items()}
+    missing, unexpected = sorted(set(shapes) - set(weights) - set(optional)), sorted(set(weights) - set(shapes))
+    wrong = sorted(k for k in set(shapes) & set(weights) if tuple(weights[k].shape) != shapes[k])
+    problems = [f'{what} {keys[:5]}' for what, keys in (('missing', missing), ('unexpected', unexpected), ('other shapes for', wrong)) if keys]
     if problems: raise CheckpointMismatch(f'{file} does not fit this model: {", ".join(problems)}')
     set_model_state_dict(m, weights, options=StateDictOptions(full_state_dict=True, strict=False))
 
