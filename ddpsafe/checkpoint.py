@@ -43,7 +43,8 @@ __all__ = ['step_lock', 'model_weights', 'load_weights', 'rng_state', 'set_rng_s
            'Uploader', 'CheckpointCallback']
 
 # %% ../nbs/08_checkpoint.ipynb #9f2b6736
-_locks, _locks_guard = weakref.WeakKeyDictionary(), threading.Lock()
+_locks = fastai.learner.__dict__.setdefault('_ddpsafe_step_locks', weakref.WeakKeyDictionary())   # one per process, however often this runs
+_locks_guard = threading.Lock()
 
 def step_lock(learn:Learner) -> threading.RLock:
     "The lock around `learn`'s optimizer step"
@@ -60,12 +61,12 @@ def _do_grad_opt(self:Learner):
 
 # %% ../nbs/08_checkpoint.ipynb #bf67af9c
 def model_weights(model) -> dict:
-    "The unwrapped model's `state_dict`, each shared tensor once; a sharded model's gathered on rank 0 (collective)"
+    "The unwrapped model's `state_dict` under plain keys, each shared tensor once; a sharded model's gathered on rank 0 (collective)"
     seen, out, m = set(), {}, get_model(model)
     for k, v in (full_weights(m) if is_sharded(m) else m.state_dict()).items():
         key = (v.device, v.data_ptr(), v.dtype, tuple(v.shape))
         if v.numel() and key in seen: continue
-        seen.add(key); out[k] = v
+        seen.add(key); out[uncompiled_key(k)] = v
     return out
 
 def _tied(m) -> set:
@@ -75,8 +76,10 @@ def _tied(m) -> set:
 def load_weights(model, weights:dict, file):
     "Load `weights` from `file` into the unwrapped `model`"
     m = get_model(model)
+    names = {uncompiled_key(k): k for k in m.state_dict()}
+    weights = {names.get(k, k): v for k, v in weights.items()}     # plain keys, as this model (compiled or not) names them
     if is_sharded(m): return load_full_weights(m, weights, file, optional=_tied(m))
-    tied = set(m.state_dict()) - set(model_weights(m))
+    tied = _tied(m)
     try: missing, unexpected = m.load_state_dict(weights, strict=False)
     except RuntimeError as e: raise CheckpointMismatch(f'{file} does not fit this model: {e}') from e
     missing = [k for k in missing if k not in tied]
@@ -132,7 +135,7 @@ class RunState:
         self.fits_left,self.stopped = 0,False # fits still to come in this `fine_tune`; a stop request ended one of them
         self.start_epoch,self.skip = 0,None   # a resume's first epoch; (batches to draw and drop, what to do at the last one)
 
-_runs = weakref.WeakKeyDictionary()
+_runs = fastai.learner.__dict__.setdefault('_ddpsafe_runs', weakref.WeakKeyDictionary())   # shared by every copy of the patches below
 
 def run_state(learn:Learner) -> RunState:
     "`learn`'s `RunState`, kept beside the learner"
@@ -181,10 +184,11 @@ def _class_name(m) -> str:
     return cls.__name__
 
 def model_signature(model) -> dict:
-    "The model's module classes and weight shapes"
+    "The model's module classes and weight shapes, as they are without `torch.compile`"
     m = get_model(model)
-    return dict(modules=[_class_name(o) for o in m.modules()],
-                weights={k: [list(v.shape), str(v.dtype).replace('torch.', '')] for k,v in m.state_dict().items()})
+    compiled = _loaded('torch._dynamo.eval_frame', 'OptimizedModule')
+    return dict(modules=[_class_name(o) for o in m.modules() if not isinstance(o, compiled)],
+                weights={uncompiled_key(k): [list(v.shape), str(v.dtype).replace('torch.', '')] for k,v in m.state_dict().items()})
 
 def optimizer_signature(learn:Learner) -> dict:
     "The optimizer's name, steps and hyper-parameter names"

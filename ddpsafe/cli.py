@@ -17,7 +17,7 @@ from .owner import read_owner, describe_owner
 
 # %% auto #0
 __all__ = ['leftovers', 'comp_name', 'checkpoint_rows', 'format_rows', 'owner_line', 'ddpsafe_ls', 'ddpsafe_verify', 'run_status',
-           'ddpsafe_status', 'plain_key', 'export_weights', 'ddpsafe_export']
+           'ddpsafe_status', 'export_weights', 'ddpsafe_export']
 
 # %% ../nbs/09_cli.ipynb #078d07b7
 def _size(folder:Path) -> int: return sum(_sizes(folder).values())
@@ -145,11 +145,6 @@ def ddpsafe_status(path:str,       # The checkpoints folder
     return s['exit_code']
 
 # %% ../nbs/09_cli.ipynb #dd49af7a
-def plain_key(k:str) -> str:
-    "`k` without what DDP (a leading `module.`) and `torch.compile` (`_orig_mod.`) add to state-dict keys"
-    while k.startswith('module.'): k = k[len('module.'):]
-    return '.'.join(p for p in k.split('.') if p != '_orig_mod')
-
 def export_weights(src:Path|str, # A checkpoint, or a checkpoints folder (its newest complete checkpoint); a path or URL
                    out:Path|str  # The safetensors file to write: a path or URL
                   ) -> Path:

@@ -13,9 +13,9 @@ from .commit import is_url, as_path, committing, write_file, fsync_path, file_di
 _all_ = ['file_digest']
 
 # %% auto #0
-__all__ = ['FORMAT', 'MANIFEST', 'UPLOAD_THREADS', 'REQUEUE_EXIT_CODE', 'checkpoint_name', 'checkpoint_step', 'write_checkpoint',
-           'CorruptCheckpoint', 'read_manifest', 'check_checkpoint', 'checkpoint_status', 'checkpoints',
-           'newest_complete', 'rotate', 'clean_incomplete', 'file_digest']
+__all__ = ['FORMAT', 'MANIFEST', 'UPLOAD_THREADS', 'REQUEUE_EXIT_CODE', 'checkpoint_name', 'checkpoint_step', 'uncompiled_key',
+           'plain_key', 'write_checkpoint', 'CorruptCheckpoint', 'read_manifest', 'check_checkpoint',
+           'checkpoint_status', 'checkpoints', 'newest_complete', 'rotate', 'clean_incomplete', 'file_digest']
 
 # %% ../nbs/05_manifest.ipynb #b91605d8
 FORMAT = 'ddpsafe-checkpoint/1'
@@ -29,6 +29,16 @@ def checkpoint_step(path:Path|str) -> int|None:
     "The step in a checkpoint folder's name, else `None`"
     m = re.fullmatch(r'step-(\d{8,})', path.name if hasattr(path, 'name') else Path(path).name)
     return int(m.group(1)) if m else None
+
+# %% ../nbs/05_manifest.ipynb #d31b799b
+def uncompiled_key(k:str) -> str:
+    "`k` without the `_orig_mod.` that `torch.compile` adds at each compiled module"
+    return '.'.join(p for p in k.split('.') if p != '_orig_mod')
+
+def plain_key(k:str) -> str:
+    "`k` without what DDP (a leading `module.`) and `torch.compile` (`_orig_mod.`) add to state-dict keys"
+    while k.startswith('module.'): k = k[len('module.'):]
+    return uncompiled_key(k)
 
 # %% ../nbs/05_manifest.ipynb #547aa136
 def write_checkpoint(root:Path|str,  # The checkpoints folder
