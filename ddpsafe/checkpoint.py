@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/checkpoint.html.md"""
 
 # %% ../nbs/08_checkpoint.ipynb #b489a2a4
 from __future__ import annotations
-import sys, time, random, shutil, signal, threading, warnings, weakref
+import sys, time, errno, random, shutil, signal, threading, warnings, weakref, contextlib
 from pathlib import Path
 import numpy as np, torch
 import safetensors.torch as st
@@ -19,13 +19,16 @@ from fastai.torch_core import get_model
 import ddpsafe
 from .core import *
 from .io import safe_load, prepare_dir, torch_writer, UnsafePickleError
-from .commit import is_url, as_path, discard, FileWriter
+from .commit import is_url, as_path, discard, FileWriter, errno_of
 from .manifest import *
 from .owner import claim_folder
 from .preempt import StopRequests, REQUEUE_EXIT_CODE
-from .snapshot import StateBuffers, AsyncWriter, lower_priority
+from .snapshot import StateBuffers, AsyncWriter, lower_priority, map_tensors
+from torch.distributed.tensor import DTensor
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.fsdp import FSDPModule
-from .sharded import is_sharded, full_weights, load_full_weights, full_optimizer_state, shard_optimizer_state
+from .sharded import is_sharded, full_weights, load_full_weights, full_optimizer_state, shard_optimizer_state, fit_problems
+from .sharded import SHARD_PLACEHOLDER, fill_placeholders, write_shards, read_shards, read_shard_index
 import ddpsafe.fsdp   # learn.fsdp_ctx
 from .learner import fastai_safe_globals, CheckpointMismatch, fastai_stock
 from .callbacks import training_fit, at_fit_end, patch_fastai
@@ -39,7 +42,8 @@ __all__ = ['step_lock', 'model_weights', 'load_weights', 'rng_state', 'set_rng_s
            'model_signature', 'optimizer_signature', 'fit_method', 'fit_signature', 'setup_signature', 'setup_changes',
            'ModelState', 'OptimizerState', 'RecorderState', 'TrackerState', 'LoaderState', 'RNGState', 'training_parts',
            'checkpoint_files', 'best_checkpoint', 'choose_checkpoint', 'read_checkpoint_file', 'check_setup',
-           'resume_message', 'position_in', 'world_change_message', 'claim_checkpoints', 'upload_checkpoint',
+           'resume_message', 'position_in', 'world_change_message', 'shard_state', 'write_in_shards', 'in_shards',
+           'check_shards_seen', 'load_weight_shards', 'load_optimizer_shards', 'claim_checkpoints', 'upload_checkpoint',
            'Uploader', 'CheckpointCallback']
 
 # %% ../nbs/08_checkpoint.ipynb #9f2b6736
@@ -313,10 +317,11 @@ def training_parts(learn:Learner) -> dict:
     return dict(model=ModelState(learn), optimizer=OptimizerState(learn), recorder=RecorderState(learn),
                 trackers=TrackerState(learn), loaders=LoaderState(learn), rng=RNGState())
 
-def checkpoint_files(weights:dict, opt_state:dict, state:dict, rngs:list) -> dict:
+def checkpoint_files(weights:dict|None, # The model's weights; `None` when they are in shards
+                     opt_state:dict, state:dict, rngs:list) -> dict:
     "The files of a checkpoint, each with its writer"
-    return {'model.safetensors': lambda p: st.save_file({k: v.contiguous() for k,v in weights.items()}, str(p)),
-            'optimizer.pt': torch_writer(opt_state, crc32=False), 'state.pt': torch_writer(state, crc32=False),
+    model = {} if weights is None else {'model.safetensors': lambda p: st.save_file({k: v.contiguous() for k,v in weights.items()}, str(p))}
+    return {**model, 'optimizer.pt': torch_writer(opt_state, crc32=False), 'state.pt': torch_writer(state, crc32=False),
             'rng.pt': torch_writer(rngs, crc32=False)}
 
 # %% ../nbs/08_checkpoint.ipynb #b3e29e9b
@@ -401,6 +406,120 @@ def world_change_message(ck, state:dict, now:int|None=None) -> str:
     return (f'ddpsafe: {ck} was saved by {a} ranks and this run has {b}: the weights, optimizer state and schedule go on exactly; '
             f"a step now takes the batches of {b} rank{'s'*(b != 1)} instead of {a}, and the epochs' order is split anew over them"
             + (f'{new} from random streams derived from the saved ones' if new else ''))
+
+# %% ../nbs/08_checkpoint.ipynb #2c909442
+def shard_state(learn:Learner) -> tuple:
+    "The sharded learner's tensors as `write_shards` takes them, and its optimizer state with placeholders for them"
+    m = get_model(learn.model)
+    tied = _tied(m)
+    state = {f'model.{uncompiled_key(k)}': v for k, v in m.state_dict().items() if k not in tied}
+    def aside(t, path):
+        key = '.'.join(map(str, ('optimizer', *path)))
+        state[key] = t
+        return SHARD_PLACEHOLDER + key
+    return state, map_tensors(aside, learn.opt.state_dict())
+
+def _failures(e:BaseException) -> list:
+    "(errno, words) for each rank's failure in `e`; DCP's `CheckpointException` holds every rank's"
+    fails = getattr(e, 'failures', None) if isinstance(e, CheckpointException) else None
+    pairs = [(r, f[0] if isinstance(f, tuple) else f) for r, f in sorted(fails.items())] if isinstance(fails, dict) else [(rank(), e)]
+    return [(errno_of(x), f'rank {r}: {type(x).__name__}: {x}') for r, x in pairs]
+
+def _attempt(f) -> tuple:
+    "(`f()`, []), or (`None`, what went wrong, rank by rank)"
+    try: return f(), []
+    except (Exception, CheckpointException) as e: return None, _failures(e)
+
+def _sees(folder:Path):
+    if not folder.is_dir(): raise FileNotFoundError(errno.ENOENT, f'{folder}, which rank 0 created, is not there: a sharded checkpoint '
+                                                    'is written by every rank into one folder, on a filesystem every rank sees')
+
+def write_in_shards(root:Path, # The checkpoints folder
+                    step:int,  # Optimizer steps done: the checkpoint's name
+                    files:dict, # Rank 0's files, as `write_checkpoint` takes them
+                    meta:dict, # Stored in the manifest
+                    shards:dict # This rank's tensors, as `write_shards` takes them
+                   ) -> Path:
+    "Checkpoint `step`: every rank's shards, then rank 0's `files` and the manifest, then the rename; collective"
+    stack = contextlib.ExitStack()
+    tmp = on_main(lambda: stack.enter_context(checkpoint_folder(root, step)))
+    errs, written = [e for es in all_ranks(_attempt(lambda: _sees(tmp))[1]) for e in es], {}
+    if not errs:               # every rank enters DCP's collectives, or none does
+        outcomes = all_ranks(_attempt(lambda: write_shards(shards, tmp, side_group() if coordinating() else None)))
+        errs = list(dict.fromkeys(e for _, es in outcomes for e in es))
+        for own, _ in outcomes: written.update(own or {})
+    def finish():
+        with stack:
+            if errs: raise _ShardsFailed()
+            fill_checkpoint(tmp, step, files, meta, written)
+        return as_path(root)/checkpoint_name(step)
+    try: return on_main(finish)
+    except _ShardsFailed:
+        msg = f'could not write checkpoint {as_path(root)/checkpoint_name(step)}: ' + '; '.join(m for _, m in errs) + '; earlier checkpoints are unchanged'
+        code = next((c for c, _ in errs if c), None)
+        raise (OSError(code, msg) if code else RuntimeError(msg)) from None
+
+class _ShardsFailed(Exception): "A rank could not write its shards (the message is built on every rank)"
+
+# %% ../nbs/08_checkpoint.ipynb #a8fcd4f7
+def _together(f):
+    "`f()` on every rank; a failure on any rank raised on all (each its own where it failed); collective"
+    try: res, mine = f(), None
+    except (Exception, CheckpointException) as e: res, mine = None, e
+    errs = [e for es in all_ranks(_failures(mine) if mine is not None else []) for e in es]
+    if isinstance(mine, Exception): raise mine           # this rank's own, as it was
+    if errs: raise CorruptCheckpoint('; '.join(m for _, m in dict.fromkeys(errs)))
+    return res
+
+def in_shards(man:dict) -> bool:
+    "Is the checkpoint of manifest `man` in shards?"
+    return SHARD_INDEX in man['files']
+
+def check_shards_seen(ck:Path, man:dict):
+    "Raise on every rank unless every rank sees `ck`'s shard files as `man` lists them; collective"
+    def problems():
+        out = []
+        for n, e in man['files'].items():
+            if n != SHARD_INDEX and not n.endswith('.distcp'): continue
+            try: size = (ck/n).stat().st_size
+            except FileNotFoundError: out.append(f'rank {rank()} does not see {ck/n}'); continue
+            if size != e['size']: out.append(f'rank {rank()} sees {ck/n} with {size} bytes, the manifest says {e["size"]}')
+        return out
+    if errs := [p for ps in all_ranks(problems()) for p in ps]:
+        raise CorruptCheckpoint(f'{ck}: ' + '; '.join(errs) + '; a sharded checkpoint must be in a folder every rank sees, unchanged since it was saved')
+
+def load_weight_shards(model, # The model, sharded or not
+                       ck:Path, # A checkpoint in shards
+                       index  # Its `read_shard_index`
+                      ):
+    "Load `ck`'s weights into `model`; each rank reads what it keeps"
+    m = get_model(model)
+    now = {uncompiled_key(k): v for k, v in m.state_dict().items()}
+    saved = {k[len('model.'):]: tuple(v.size) for k, v in index.state_dict_metadata.items() if k.startswith('model.')}
+    if problems := fit_problems({k: tuple(v.shape) for k, v in now.items()}, saved, {uncompiled_key(k) for k in _tied(m)}):
+        raise CheckpointMismatch(f'{ck/SHARD_INDEX} does not fit this model: {problems}')
+    read_shards({f'model.{k}': v for k, v in now.items() if k in saved}, ck)    # in place, into the parameters
+
+def _local_device(p) -> torch.device:
+    return torch.device('cpu') if p is None else (p.to_local() if isinstance(p, DTensor) else p).device
+
+def load_optimizer_shards(opt, # fastai's optimizer, of a sharded model or not
+                          skeleton, # `ck`'s `optimizer.pt`: the state with placeholders for the tensors
+                          ck:Path, index):
+    "Load `ck`'s optimizer state into `opt`; each rank reads what it keeps"
+    params, md, targets = list(opt.all_params().itemgot(0)), index.state_dict_metadata, {}
+    def target(key:str):
+        if key not in md: raise CorruptCheckpoint(f'{ck/"optimizer.pt"}: names {key}, which {ck/SHARD_INDEX} does not hold')
+        size, dtype, (_, part, i, *_) = tuple(md[key].size), md[key].properties.dtype, key.split('.') + ['', '']
+        p = params[int(i)] if part == 'state' and i.isdigit() and int(i) < len(params) else None
+        if isinstance(p, DTensor) and size == tuple(p.shape): return torch.empty_like(p, dtype=dtype)   # cut like its parameter
+        return torch.empty(size, dtype=dtype, device=_local_device(p))
+    def kept(key:str):
+        t = targets[key] = target(key)
+        return t
+    sd = fill_placeholders(skeleton, kept)
+    read_shards(targets, ck)
+    opt.load_state_dict(sd)
 
 # %% ../nbs/08_checkpoint.ipynb #4eb33bd5
 def claim_checkpoints(root:Path):
@@ -539,6 +658,8 @@ class CheckpointCallback(Callback):
         self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(_NOT_ASKED), False, False, False
         self.last_save, self.timer_raised = time.monotonic(), False
         self.writer, self.state_buffers = (AsyncWriter(), StateBuffers()) if self.async_save else (None, None)
+        self.sharded_save = is_sharded(self.model) and not is_url(self.root)   # each rank writes its own shards
+        if self.sharded_save and self.async_save and coordinating(): side_group('write')   # every rank's writer thread talks on it
         self.uploader = Uploader(self.root, self.keep, self.comp) if self.local and is_main() else None
         self.stops = StopRequests(self.signals, self.local_root or self.root, self.save_switch, self.stop_switch, self.poll_seconds).install()
         if run.fits_left and run.stopped:
@@ -646,7 +767,14 @@ class CheckpointCallback(Callback):
         meta = dict(epoch=pos['epoch'], iter=pos['iter'], epoch_done=pos['epoch_done'], fit=pos['fit'], reason=reason, stop=stop,
                     finished=finished, world_size=world(), monitor=self.monitor, comp=_name(self.comp),
                     metric=self._metric() if pos['epoch_done'] else None)
-        if not self.async_save:
+        if self.sharded_save:
+            shards, skeleton = shard_state(self.learn)
+            files = checkpoint_files(None, skeleton, state, rngs)
+            if not self.async_save: self._commit_shards(pos['global_step'], files, meta, shards)
+            else:                                          # every rank copies its own pieces, and writes them in the background
+                copy = self.state_buffers.copy(shards)
+                self.writer.submit(lambda: self._commit_shards(pos['global_step'], files, meta, copy, background=True))
+        elif not self.async_save:
             on_main(self._commit, pos['global_step'], checkpoint_files(p['model'].state_dict(), p['optimizer'].state_dict(), state, rngs), meta)
         elif is_main() or is_sharded(self.model):          # a sharded model is gathered by every rank
             snap = self.learn.snapshot(self.state_buffers)
@@ -657,8 +785,17 @@ class CheckpointCallback(Callback):
     def _commit(self, step:int, files:dict, meta:dict) -> Path:
         "Write the checkpoint, then rotate (rank 0); with `local`, there, then hand it to the uploader"
         self.claim.check()
+        return self._rotate(write_checkpoint(self.local_root or self.root, step, files, meta))
+
+    def _commit_shards(self, step:int, files:dict, meta:dict, shards:dict, background:bool=False) -> Path:
+        "Every rank writes its shards, rank 0 the rest; then rank 0 rotates (in the background: on the writers' own group)"
+        with (using_side_group('write') if background and coordinating() else contextlib.nullcontext()):
+            on_main(self.claim.check)
+            return on_main(self._rotate, write_in_shards(self.local_root or self.root, step, files, meta, shards))
+
+    def _rotate(self, ck:Path) -> Path:
+        "Rotate after committing `ck`; with `local`, hand it to the uploader (rank 0)"
         root = self.local_root or self.root
-        ck = write_checkpoint(root, step, files, meta)
         rotate(root, self.keep, best=best_checkpoint(root, self.comp), written=ck,    # `ck` was hashed as written
                also=self.uploader.in_use() if self.uploader else ())
         if self.uploader is not None: self._upload(ck)
@@ -684,8 +821,9 @@ class CheckpointCallback(Callback):
 
     def _settle(self):
         "Wait for the write in flight; raise its error everywhere"
+        own = self.writer.wait() if self.writer is not None and self.sharded_save else None   # every rank's writer writes shards
         def wait():
-            if self.writer is not None and (err := self.writer.wait()) is not None: raise err
+            if self.writer is not None and (err := own if self.sharded_save else self.writer.wait()) is not None: raise err
         on_main(wait)
 
     def _metric(self):
@@ -706,9 +844,16 @@ class CheckpointCallback(Callback):
             raise CancelFitException()
         state = position_in(read_checkpoint_file(ck, 'state.pt', man), len(self.dls.train), ck)
         device = 'cpu' if is_sharded(self.model) else next(get_model(self.model).parameters()).device   # shards are cut from a CPU copy
-        self.parts['model'].load_state_dict(read_checkpoint_file(ck, 'model.safetensors', man, map_location=device), ck/'model.safetensors')
+        if in_shards(man):
+            check_shards_seen(ck, man)
+            index = _together(lambda: read_shard_index(ck))
+            _together(lambda: load_weight_shards(self.model, ck, index))
+        else: self.parts['model'].load_state_dict(read_checkpoint_file(ck, 'model.safetensors', man, map_location=device), ck/'model.safetensors')
         changed = check_setup(ck, state.get('setup'), self.setup, self.accept_changes)
-        if 'optimizer' not in changed: self.parts['optimizer'].load_state_dict(read_checkpoint_file(ck, 'optimizer.pt', man, map_location=device))
+        if 'optimizer' not in changed:
+            opt = read_checkpoint_file(ck, 'optimizer.pt', man, map_location=device)
+            if in_shards(man): _together(lambda: load_optimizer_shards(self.learn.opt, opt, ck, index))
+            else: self.parts['optimizer'].load_state_dict(opt)
         self._restore(state, read_checkpoint_file(ck, 'rng.pt', man), same_fit='fit' not in changed)
         if is_main():
             print(resume_message(ck, state, self.n_epoch, len(self.dls.train)))

@@ -17,7 +17,7 @@ from .owner import read_owner, describe_owner
 
 # %% auto #0
 __all__ = ['leftovers', 'comp_name', 'checkpoint_rows', 'format_rows', 'owner_line', 'ddpsafe_ls', 'ddpsafe_verify', 'run_status',
-           'ddpsafe_status', 'export_weights', 'ddpsafe_export']
+           'ddpsafe_status', 'saved_weights', 'export_weights', 'ddpsafe_export']
 
 # %% ../nbs/09_cli.ipynb #078d07b7
 def _size(folder:Path) -> int: return sum(_sizes(folder).values())
@@ -145,6 +145,22 @@ def ddpsafe_status(path:str,       # The checkpoints folder
     return s['exit_code']
 
 # %% ../nbs/09_cli.ipynb #dd49af7a
+def saved_weights(ck:Path,             # A complete checkpoint
+                  man:dict|None=None   # Its manifest, if read already
+                 ) -> dict:
+    "The weights in checkpoint `ck`, whole, under the keys they were saved with, checked against its manifest"
+    man = man or read_manifest(ck)
+    import safetensors.torch as st
+    if SHARD_INDEX in man['files']:                     # in shards: every shard file checked, then read whole
+        if problems := check_checkpoint(ck): raise CorruptCheckpoint(f'{problems[0]}; nothing exported')
+        from .sharded import read_whole_shards
+        return read_whole_shards(ck, 'model.')
+    if (want := man['files'].get('model.safetensors')) is None: raise CorruptCheckpoint(f'{ck}: its manifest lists no model.safetensors')
+    data = (ck/'model.safetensors').read_bytes()
+    if len(data) != want['size'] or xxhash.xxh3_64_hexdigest(data) != want['xxh3']:
+        raise CorruptCheckpoint(f'{ck/"model.safetensors"}: does not match the manifest (changed or damaged after it was written); nothing exported')
+    return st.load(data)
+
 def export_weights(src:Path|str, # A checkpoint, or a checkpoints folder (its newest complete checkpoint); a path or URL
                    out:Path|str  # The safetensors file to write: a path or URL
                   ) -> Path:
@@ -154,12 +170,8 @@ def export_weights(src:Path|str, # A checkpoint, or a checkpoints folder (its ne
     ck = src if checkpoint_step(src) is not None else newest_complete(src)
     if ck is None: raise FileNotFoundError(errno.ENOENT, f'{src}: no complete checkpoint to export', str(src))
     man = read_manifest(ck)
-    if (want := man['files'].get('model.safetensors')) is None: raise CorruptCheckpoint(f'{ck}: its manifest lists no model.safetensors')
-    data = (ck/'model.safetensors').read_bytes()
-    if len(data) != want['size'] or xxhash.xxh3_64_hexdigest(data) != want['xxh3']:
-        raise CorruptCheckpoint(f'{ck/"model.safetensors"}: does not match the manifest (changed or damaged after it was written); nothing exported')
     weights, came_from = {}, {}
-    for k, v in st.load(data).items():
+    for k, v in saved_weights(ck, man).items():
         if (p := plain_key(k)) in came_from: raise ValueError(f'{ck}: keys {came_from[p]!r} and {k!r} both become {p!r}; nothing exported')
         came_from[p], weights[p] = k, v
     return commit_file(as_path(out), st.save(weights, metadata=dict(ddpsafe_checkpoint=str(ck), step=str(man['step']))))

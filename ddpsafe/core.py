@@ -8,13 +8,14 @@ Docs: https://ddpsafe.github.io/ddpsafe/core.html.md"""
 from __future__ import annotations
 import os, re, time, atexit, pickle, weakref, threading, traceback
 from datetime import timedelta
+from contextlib import contextmanager
 import torch, torch.distributed as dist
 
 # %% auto #0
 __all__ = ['live', 'rank', 'world', 'is_main', 'coordinating', 'ddp_timeout', 'DistTimeout', 'CheckpointMismatch',
            'start_heartbeat', 'stop_heartbeat', 'silent_ranks', 'peer_failure', 'bound_process_group', 'side_group',
-           'release_side_group', 'broadcast_bytes', 'RemoteTraceback', 'on_main', 'agree', 'any_rank', 'all_ranks',
-           'barrier']
+           'using_side_group', 'release_side_group', 'broadcast_bytes', 'RemoteTraceback', 'on_main', 'agree',
+           'any_rank', 'all_ranks', 'barrier']
 
 # %% ../nbs/00_core.ipynb #f89291bf
 def live() -> bool:
@@ -152,26 +153,36 @@ def bound_process_group():
     start_heartbeat()
 
 # %% ../nbs/00_core.ipynb #3204cf94
-_side = {}
+_side, _thread = {}, threading.local()    # purpose -> weak references to the user's group and ours; a thread's purpose
 
-def side_group():
-    "ddpsafe's gloo group beside the default one"
-    pg, g = dist.group.WORLD, _side['group']() if _side else None
-    if g is None or _side['pg']() is not pg:
+def side_group(purpose:str|None=None): # What the group is for; default: the calling thread's (`using_side_group`), else 'agree'
+    "ddpsafe's gloo group beside the default one, one per purpose"
+    purpose = purpose or getattr(_thread, 'purpose', None) or 'agree'
+    pg, held = dist.group.WORLD, _side.get(purpose)
+    g = held['group']() if held else None
+    if g is None or held['pg']() is not pg:
         g = dist.new_group(backend='gloo', timeout=timedelta(seconds=ddp_timeout()))
-        _side.update(pg=weakref.ref(pg), group=weakref.ref(g))
+        _side[purpose] = dict(pg=weakref.ref(pg), group=weakref.ref(g))
         start_heartbeat(); _exit_hook()
     return g
 
+@contextmanager
+def using_side_group(purpose:str): # A purpose whose group every rank made beforehand, with `side_group(purpose)`
+    "ddpsafe's messages from this thread go through the side group of `purpose`"
+    old, _thread.purpose = getattr(_thread, 'purpose', None), purpose
+    try: yield side_group()
+    finally: _thread.purpose = old
+
 # %% ../nbs/00_core.ipynb #1004ed0c
 def release_side_group():
-    "Destroy the side group; stop the heartbeat"
+    "Destroy the side groups; stop the heartbeat"
     stop_heartbeat()
-    g = _side['group']() if _side else None
+    groups = [held['group']() for held in _side.values()]
     _side.clear()
-    if g is not None and live():
-        try: dist.destroy_process_group(g)
-        except Exception: pass                           # torch destroyed it already
+    for g in groups:
+        if g is not None and live():
+            try: dist.destroy_process_group(g)
+            except Exception: pass                       # torch destroyed it already
 
 def _exit_hook():
     "Release the side group at exit (registered once)"

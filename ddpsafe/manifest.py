@@ -13,13 +13,15 @@ from .commit import is_url, as_path, committing, write_file, fsync_path, file_di
 _all_ = ['file_digest']
 
 # %% auto #0
-__all__ = ['FORMAT', 'MANIFEST', 'UPLOAD_THREADS', 'REQUEUE_EXIT_CODE', 'checkpoint_name', 'checkpoint_step', 'uncompiled_key',
-           'plain_key', 'write_checkpoint', 'CorruptCheckpoint', 'read_manifest', 'check_checkpoint',
-           'checkpoint_status', 'checkpoints', 'newest_complete', 'rotate', 'clean_incomplete', 'file_digest']
+__all__ = ['FORMAT', 'MANIFEST', 'SHARD_INDEX', 'UPLOAD_THREADS', 'REQUEUE_EXIT_CODE', 'checkpoint_name', 'checkpoint_step',
+           'uncompiled_key', 'plain_key', 'checkpoint_folder', 'fill_checkpoint', 'write_checkpoint',
+           'CorruptCheckpoint', 'read_manifest', 'check_checkpoint', 'checkpoint_status', 'checkpoints',
+           'newest_complete', 'rotate', 'clean_incomplete', 'file_digest']
 
 # %% ../nbs/05_manifest.ipynb #b91605d8
 FORMAT = 'ddpsafe-checkpoint/1'
 MANIFEST = 'manifest.json'
+SHARD_INDEX = '.metadata'   # In a checkpoint written in shards: DCP's index of them
 
 def checkpoint_name(step:int) -> str:
     "The checkpoint folder name for optimizer step `step`"
@@ -41,20 +43,34 @@ def plain_key(k:str) -> str:
     return uncompiled_key(k)
 
 # %% ../nbs/05_manifest.ipynb #547aa136
+def checkpoint_folder(root:Path|str, # The checkpoints folder
+                      step:int       # Optimizer steps done: the checkpoint's name
+                     ):
+    "A temporary folder for checkpoint `step`, renamed into place on exit"
+    root = as_path(root)
+    if not is_url(root): root.mkdir(parents=True, exist_ok=True)
+    final = root/checkpoint_name(step)
+    return committing(final, folder=True, what=f'checkpoint {final}', kept='earlier checkpoints are unchanged', marker=MANIFEST)
+
+def fill_checkpoint(folder:Path,   # The temporary folder `checkpoint_folder` gave
+                    step:int,      # Optimizer steps done
+                    files:dict,    # File name -> writer: bytes, a `FileWriter`, or a function that writes the file at the path it gets
+                    meta:dict|None=None, # Anything JSON can hold, stored in the manifest (epoch, metric...)
+                    written:dict|None=None # Files already in `folder` (other ranks' shards): name -> size and xxh3
+                   ):
+    "Write `files` into `folder`, then the manifest of them and `written`, last"
+    entries = {**(written or {}), **(_upload_files if is_url(folder) else _write_files)(folder, files)}
+    manifest = dict(format=FORMAT, step=step, time=time.time(), **(meta or {}), files=entries)
+    write_file(folder/MANIFEST, json.dumps(manifest, indent=1).encode(), digest=False)
+
 def write_checkpoint(root:Path|str,  # The checkpoints folder
                      step:int,       # Optimizer steps done: the checkpoint's name
                      files:dict,     # File name -> writer: bytes, a `FileWriter`, or a function that writes the file at the path it gets
                      meta:dict|None=None # Anything JSON can hold, stored in the manifest (epoch, metric...)
                     ) -> Path:
     "Write a checkpoint folder, complete or not at all"
-    root = as_path(root)
-    if not is_url(root): root.mkdir(parents=True, exist_ok=True)
-    final = root/checkpoint_name(step)
-    with committing(final, folder=True, what=f'checkpoint {final}', kept='earlier checkpoints are unchanged', marker=MANIFEST) as tmp:
-        entries = (_upload_files if is_url(root) else _write_files)(tmp, files)
-        manifest = dict(format=FORMAT, step=step, time=time.time(), **(meta or {}), files=entries)
-        write_file(tmp/MANIFEST, json.dumps(manifest, indent=1).encode(), digest=False)
-    return final
+    with checkpoint_folder(root, step) as tmp: fill_checkpoint(tmp, step, files, meta)
+    return as_path(root)/checkpoint_name(step)
 
 def _write_files(folder:Path, files:dict) -> dict:
     "Write each file; flush it to disk on a second thread while the next is written"

@@ -1,4 +1,4 @@
-"""A model sharded by FSDP2 holds a piece of each tensor on each rank; its checkpoints and `learn.save` files hold whole tensors, the same files an unsharded model writes, loadable on any number of ranks.
+"""A model sharded by FSDP2 holds a piece of each tensor on each rank. Its `learn.save` files hold whole tensors, the same files an unsharded model writes; its checkpoints hold the pieces, each rank writing its own, and load on any number of ranks.
 
 Docs: https://ddpsafe.github.io/ddpsafe/sharded.html.md"""
 
@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/sharded.html.md"""
 
 # %% ../nbs/02a_sharded.ipynb #f73550cf
 from __future__ import annotations
-import torch
+import torch, torch.distributed as dist
 from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict, StateDictOptions
@@ -15,7 +15,9 @@ from .core import *
 from .snapshot import map_tensors
 
 # %% auto #0
-__all__ = ['is_sharded', 'full_weights', 'load_full_weights', 'full_optimizer_state', 'shard_optimizer_state']
+__all__ = ['SHARD_PLACEHOLDER', 'is_sharded', 'full_weights', 'fit_problems', 'load_full_weights', 'full_optimizer_state',
+           'shard_optimizer_state', 'fill_placeholders', 'shard_names', 'write_shards', 'read_shard_index',
+           'ShardReader', 'read_shards', 'read_whole_shards']
 
 # %% ../nbs/02a_sharded.ipynb #d068b420
 def is_sharded(model) -> bool:
@@ -31,6 +33,15 @@ def full_weights(model) -> dict:
     "The sharded `model`'s full `state_dict` on rank 0's CPU (`{}` elsewhere); collective"
     return get_model_state_dict(get_model(model), options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
+def fit_problems(now:dict,    # Name -> shape, of the model
+                 saved:dict,  # Name -> shape, of the checkpoint
+                 optional=()  # Names the checkpoint may lack
+                ) -> str:
+    "Why weights of shapes `saved` do not load into a model of shapes `now`, in words; '' if they do"
+    missing, unexpected = sorted(set(now) - set(saved) - set(optional)), sorted(set(saved) - set(now))
+    wrong = sorted(k for k in set(now) & set(saved) if tuple(saved[k]) != tuple(now[k]))
+    return ', '.join(f'{what} {keys[:5]}' for what, keys in (('missing', missing), ('unexpected', unexpected), ('other shapes for', wrong)) if keys)
+
 def load_full_weights(model, # A sharded model
                       weights:dict, # Its full `state_dict`, on every rank
                       file='the checkpoint', # Where `weights` came from, for the error
@@ -39,10 +50,8 @@ def load_full_weights(model, # A sharded model
     "Load full `weights` into the sharded `model`, each rank keeping its shard; collective"
     m = get_model(model)
     shapes = {k: tuple(v.shape) for k, v in m.state_dict().items()}
-    missing, unexpected = sorted(set(shapes) - set(weights) - set(optional)), sorted(set(weights) - set(shapes))
-    wrong = sorted(k for k in set(shapes) & set(weights) if tuple(weights[k].shape) != shapes[k])
-    problems = [f'{what} {keys[:5]}' for what, keys in (('missing', missing), ('unexpected', unexpected), ('other shapes for', wrong)) if keys]
-    if problems: raise CheckpointMismatch(f'{file} does not fit this model: {", ".join(problems)}')
+    if problems := fit_problems(shapes, {k: tuple(v.shape) for k, v in weights.items()}, optional):
+        raise CheckpointMismatch(f'{file} does not fit this model: {problems}')
     set_model_state_dict(m, weights, options=StateDictOptions(full_state_dict=True, strict=False))
 
 def full_optimizer_state(sd:dict,            # An optimizer's `state_dict`, fastai's or torch's
@@ -67,3 +76,93 @@ def shard_optimizer_state(sd:dict,  # A fastai optimizer's full `state_dict`
     state = sd['state']   # fastai's: a list in the parameters' order; torch's (`OptimWrapper`): a dict by index
     if isinstance(state, dict): return {**sd, 'state': {i: map_tensors(like(params[i]), s) for i, s in state.items()}}
     return {**sd, 'state': [map_tensors(like(p), s) for p, s in zip(params, state)]}
+
+# %% ../nbs/02a_sharded.ipynb #3bd6d658
+import pickle, warnings
+from pathlib import Path
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemWriter, FileSystemReader
+from torch.distributed.checkpoint.api import CheckpointException
+from .commit import file_digest
+from .io import UnsafePickleError
+from .manifest import CorruptCheckpoint, SHARD_INDEX
+
+# %% ../nbs/02a_sharded.ipynb #43529e19
+SHARD_PLACEHOLDER = '<shard>' # In `optimizer.pt`: the tensor under the name that follows is in the shards
+
+def fill_placeholders(tree,     # A state whose tensors were set aside: `SHARD_PLACEHOLDER` + name in their place
+                      tensor_for # The tensor for a name: a function, or a dict
+                     ):
+    "`tree` with every placeholder replaced by its tensor"
+    if isinstance(tree, str) and tree.startswith(SHARD_PLACEHOLDER):
+        name = tree[len(SHARD_PLACEHOLDER):]
+        return tensor_for[name] if isinstance(tensor_for, dict) else tensor_for(name)
+    if isinstance(tree, dict): return {k: fill_placeholders(v, tensor_for) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)) and not hasattr(tree, '_fields'): return type(tree)(fill_placeholders(v, tensor_for) for v in tree)
+    return tree
+
+def shard_names(folder:Path|str, # A folder DCP wrote into
+                r:int            # A rank
+               ) -> list:
+    "The files rank `r` writes when a checkpoint is saved in shards"
+    names = sorted(p.name for p in Path(folder).glob(f'__{r}_*.distcp'))
+    return names + [SHARD_INDEX] if r == 0 else names
+
+def write_shards(state:dict,   # Flat: name -> tensor or `DTensor`
+                 folder:Path,  # A folder every rank sees
+                 group=None    # The process group (default: the default one)
+                ) -> dict:
+    "Write this rank's shards of `state` into `folder`: {file: size and xxh3}; collective"
+    dcp.save(state, storage_writer=FileSystemWriter(folder, thread_count=1), process_group=group)
+    r = dist.get_rank(group) if coordinating() else 0
+    return {n: dict(size=(folder/n).stat().st_size, xxh3=file_digest(folder/n)) for n in shard_names(folder, r)}
+
+# %% ../nbs/02a_sharded.ipynb #d60e4a74
+_INDEX_CLASSES = {('torch', 'Size'), ('torch.serialization', '_get_layout'), ('torch.distributed.checkpoint.filesystem', '_StorageInfo'),
+                  ('pathlib', 'PosixPath'), ('pathlib', 'WindowsPath'), ('pathlib', 'PurePosixPath'), ('pathlib', 'PureWindowsPath'),
+                  ('collections', 'OrderedDict')}
+
+class _IndexUnpickler(pickle.Unpickler):
+    "Unpickles what DCP's index is made of, and nothing else"
+    def find_class(self, module, name):
+        ok = (module, name) in _INDEX_CLASSES or module == 'torch.distributed.checkpoint.metadata' and not name.startswith('__') \
+             or module == 'torch' and isinstance(getattr(torch, name, None), (torch.dtype, torch.layout, torch.memory_format))
+        if not ok: raise UnsafePickleError(f'{module}.{name}')
+        return super().find_class(module, name)
+
+def read_shard_index(folder:Path|str): # A folder DCP wrote into
+    "DCP's index of the shards in `folder`, unpickled without running code"
+    f = Path(folder)/SHARD_INDEX
+    try:
+        with open(f, 'rb') as fh: return _IndexUnpickler(fh).load()
+    except UnsafePickleError as e:
+        raise UnsafePickleError(f'{f}: refusing to unpickle it: it names {e}, which no DCP index holds; it was replaced or written by something else') from None
+    except (pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError) as e:
+        raise CorruptCheckpoint(f'{f}: not a readable DCP index ({type(e).__name__}: {e})') from e
+
+class ShardReader(FileSystemReader):
+    "DCP's file reader, with the index read by `read_shard_index`"
+    def read_metadata(self, *args, **kwargs):
+        md = read_shard_index(self.path)
+        if getattr(md, 'storage_meta', None) is not None: md.storage_meta.load_id = self.load_id
+        return md
+
+def read_shards(state:dict, # Flat: name -> tensor or `DTensor` to fill in place (a `DTensor`: its shard only)
+                folder:Path|str # A folder `write_shards` wrote
+               ):
+    "Fill `state` from the shards in `folder`; each rank reads what it needs, without the others"
+    with warnings.catch_warnings():   # DCP warns that it loads "in a single process" without a group: that is what is asked
+        warnings.filterwarnings('ignore', message='torch.distributed is disabled')
+        try: dcp.load(state, storage_reader=ShardReader(folder), no_dist=True)
+        except CheckpointException as e:           # DCP's, a `BaseException`: as an error naming the files
+            raise CorruptCheckpoint(f'{folder}: could not read its shards: ' + '; '.join(f'{type(x[0]).__name__}: {x[0]}' for x in e.failures.values())) from None
+
+# %% ../nbs/02a_sharded.ipynb #273c4e23
+def read_whole_shards(folder:Path|str, # A folder `write_shards` wrote
+                      prefix:str=''    # Only the tensors whose names start so; the names come back without it
+                     ) -> dict:
+    "The tensors in the shards in `folder`, whole, read in this process alone"
+    index = read_shard_index(folder).state_dict_metadata
+    out = {k: torch.empty(v.size, dtype=v.properties.dtype) for k, v in index.items() if k.startswith(prefix) and hasattr(v, 'size')}
+    read_shards(out, folder)
+    return {k[len(prefix):]: v for k, v in out.items()}

@@ -59,16 +59,23 @@ def same_tree(a, b) -> bool:
     if isinstance(a, (list, tuple)): return isinstance(b, (list, tuple)) and len(a) == len(b) and all(map(same_tree, a, b))
     return a == b
 
+def saved_state(ck) -> tuple:
+    "(weights, optimizer state) of checkpoint `ck`, whole tensors, whether it holds them whole or in shards"
+    import torch
+    from ddpsafe.learner import fastai_safe_globals
+    from ddpsafe.cli import saved_weights
+    from ddpsafe.sharded import fill_placeholders, read_whole_shards
+    with torch.serialization.safe_globals(fastai_safe_globals()): opt = torch.load(ck/'optimizer.pt', weights_only=True)
+    return saved_weights(ck), fill_placeholders(opt, read_whole_shards(ck) if (ck/'.metadata').exists() else {})
+
 def resumed_on(folder, n_epoch:int, n:int, *args, saved_by:int=2) -> tuple:
     """Resume the newest checkpoint in `folder/checkpoints` (saved by `saved_by` ranks) with `train_ckpt.py` on `n` ranks to
     the end: (codes, outs, results). Every rank must start from exactly its weights and optimizer state, and end with the
     same weights as the others"""
-    import torch, safetensors.torch as st
-    from ddpsafe.learner import fastai_safe_globals
+    import torch
     from ddpsafe.manifest import newest_complete
     ck = newest_complete(folder/'checkpoints')
-    weights = st.load_file(ck/'model.safetensors')          # read now: rotation removes `ck` before the run ends
-    with torch.serialization.safe_globals(fastai_safe_globals()): opt = torch.load(ck/'optimizer.pt', weights_only=True)
+    weights, opt = saved_state(ck)                        # read now: rotation removes `ck` before the run ends
     tc = train_ckpt()
     codes, outs, res = tc.run(folder, n_epoch, *args, '--start-out', folder/'start', '--out', folder/'w', n=n, timeout=300)
     assert codes == [0]*n, f'exit codes {codes}\n' + fail_msg(outs)

@@ -9,13 +9,18 @@ training an MLP of about 13,000 parameters (`--model-mb 0.05`) whose weights FSD
   ends bit-identical to an uninterrupted sharded run; `ddpsafe-export` of its last checkpoint is the final weights.
 - The checkpoint of epoch 2 of 4 resumed on 1 and 4 ranks, and a DDP checkpoint resumed sharded: every rank starts
   from exactly the saved weights and optimizer state, and the run finishes with equal weights on every rank.
-- A sharded checkpoint of another model: an error naming the file, on every rank."""
+- A sharded checkpoint of another model: an error naming the file, on every rank.
+- Checkpoints in shards: each rank's file holds its own pieces of every tensor; kill -9 of one rank while the shards of a
+  checkpoint are written leaves the previous checkpoint, which verifies and resumes, and a temporary folder that no resume
+  reads; a missing or changed shard file is named by `ddpsafe-verify` and by the warning of every rank, which resumes
+  from the checkpoint before, and `ddpsafe-export` refuses it."""
 from __future__ import annotations
-import sys, shutil, subprocess, tempfile
+import sys, time, signal, shutil, subprocess, tempfile
 from pathlib import Path
 import pytest, torch
 import safetensors.torch as st
-from ddpsafe.manifest import newest_complete, checkpoint_name, check_checkpoint, read_manifest
+from ddpsafe.manifest import newest_complete, checkpoint_name, check_checkpoint, read_manifest, checkpoints, MANIFEST
+from ddpsafe.sharded import read_shard_index
 
 from conftest import train_ckpt, fail_msg, batches, resumed_on
 tc = train_ckpt()
@@ -30,14 +35,17 @@ def folder():
     shutil.rmtree(d, ignore_errors=True)
 
 @pytest.mark.timeout(600)
-def test_sigterm_and_resume_sharded(folder):
+@pytest.mark.parametrize('mode', ['sync', 'async'])
+def test_sigterm_and_resume_sharded(folder, mode):
     whole = tc.baseline(N_EPOCH, *FSDP)
     assert all(tc.same(w, whole[0]) for w in whole), 'the ranks of the uninterrupted sharded run ended apart'
-    codes, outs, res = tc.run(folder, N_EPOCH, *FSDP, '--kill', 'SIGTERM:1:4')
+    saving = ('--async-save',) if mode == 'async' else ()
+    codes, outs, res = tc.run(folder, N_EPOCH, *FSDP, *saving, '--kill', 'SIGTERM:1:4')
     assert codes == [75, 75] and [o['steps'] for o in res] == [5, 5], f'exit codes {codes}\n' + fail_msg(outs)
     ck = newest_complete(folder/'checkpoints')
     assert ck.name == checkpoint_name(5) and read_manifest(ck)['reason'] == 'signal' and check_checkpoint(ck) == []
-    codes, outs, res = tc.run(folder, N_EPOCH, *FSDP, '--out', folder/'w')
+    assert {'__0_0.distcp', '__1_0.distcp', '.metadata'} <= set(read_manifest(ck)['files']), f'{ck} is not in shards'
+    codes, outs, res = tc.run(folder, N_EPOCH, *FSDP, *saving, '--out', folder/'w')
     assert codes == [0, 0], f'exit codes {codes}\n' + fail_msg(outs)
     assert f'ddpsafe: resumed from {ck} ' in outs[0], outs[0][-3000:]
     assert all(tc.same(w, whole[0]) for w in tc.weights(folder/'w')), 'the resumed sharded run differs from the uninterrupted one'
@@ -46,7 +54,7 @@ def test_sigterm_and_resume_sharded(folder):
     assert ex.returncode == 0, ex.stdout + ex.stderr
     got = st.load_file(folder/'model.safetensors')
     assert got.keys() == whole[0].keys() and all(torch.equal(got[k], whole[0][k]) for k in got), 'the export differs from the final weights'
-    print(f'\n[fsdp] SIGTERM to rank 1 after step 4: both ranks saved step 5 and exited 75; the rerun resumed sharded and ended '
+    print(f'\n[fsdp {mode}] SIGTERM to rank 1 after step 4: both ranks saved step 5 in shards and exited 75; the rerun resumed sharded and ended '
           f'bit-identical to the uninterrupted sharded run; ddpsafe-export of {last.name} equals the final weights ({len(got)} tensors)')
 
 @pytest.mark.timeout(600)
@@ -70,6 +78,84 @@ def test_other_model(folder):
     assert codes == [1, 1], fail_msg(outs)
     for r in range(2):
         err = res[r]['error']
-        assert err.startswith('CheckpointMismatch') and f'{folder/"checkpoints"/name}/model.safetensors does not fit this model' in err, f'rank {r}: {err}'
+        assert err.startswith('CheckpointMismatch') and f'{folder/"checkpoints"/name}/.metadata does not fit this model' in err, f'rank {r}: {err}'
     assert check_checkpoint(folder/'checkpoints'/name) == []          # refused, not damaged
     print(f'\n[fsdp] another model: every rank raised {" ".join(res[0]["error"].split())[:300]}')
+
+# ---------------------------------------------------------------------------------------------------------------
+# Checkpoints in shards: what each rank writes, a rank killed while writing, damaged shard files
+
+def cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN/args[0]), *map(str, args[1:])], capture_output=True, text=True, timeout=120)
+
+def test_each_rank_writes_its_shards():
+    ck = tc.baseline_run(N_EPOCH, *FSDP)['path']/'checkpoints'/checkpoint_name(6)
+    files = read_manifest(ck)['files']
+    assert sorted(files) == ['.metadata', '__0_0.distcp', '__1_0.distcp', 'optimizer.pt', 'rng.pt', 'state.pt'], sorted(files)
+    index = read_shard_index(ck)
+    whole = {k: v.size.numel() * v.properties.dtype.itemsize for k, v in index.state_dict_metadata.items()}
+    held = {0: 0, 1: 0}
+    for idx, info in index.storage_data.items():        # which file holds which rows of which tensor
+        r = int(info.relative_path.split('_')[2])
+        size = index.state_dict_metadata[idx.fqn].size
+        if len(size) and size[0] > 1:                     # a sharded tensor: rank r holds rows [r*n/2, (r+1)*n/2)
+            half = -(-size[0] // 2)
+            assert idx.offset[0] == r*half, f'{info.relative_path} holds rows from {idx.offset[0]} of {idx.fqn}, not rank {r}\'s'
+            held[r] += info.length
+    total = sum(whole.values())
+    for r in (0, 1): assert 0.4*total < held[r] < 0.6*total, f'rank {r} holds {held[r]} of {total} bytes of sharded tensors'
+    print(f'\n[shards] step 6 of the 2-rank sharded run ({total} bytes of weights and optimizer state): '
+          f'__0_0.distcp {files["__0_0.distcp"]["size"]} bytes, __1_0.distcp {files["__1_0.distcp"]["size"]} bytes, '
+          f'.metadata {files[".metadata"]["size"]} bytes; each holds its own rows of every tensor')
+
+@pytest.mark.timeout(600)
+def test_kill9_while_shards_written(folder):
+    whole = tc.baseline(N_EPOCH, *FSDP)
+    root = folder/'checkpoints'
+    procs = tc.launch(folder, N_EPOCH, *FSDP, '--stall-shards', '6')
+    try:
+        assert tc.wait_for(procs, 1, r'SHARDS-WRITTEN 6', timeout=240), 'rank 1 never wrote its shards of step 6\n' + procs.output(1)[-3000:]
+        procs.signal(1, signal.SIGKILL)
+        time.sleep(0.5)
+    finally: procs.kill()                        # rank 0 waits for the dead rank 1, until the launcher ends it
+    codes, outs, res = tc.finish(procs, 60)
+    assert codes[1] == -signal.SIGKILL, codes
+    temps = list(root.glob(f'.{checkpoint_name(6)}.tmp-*'))
+    assert len(temps) == 1 and (temps[0]/'__1_0.distcp').exists() and not (temps[0]/MANIFEST).exists(), temps
+    held = sorted(p.name for p in temps[0].iterdir())
+    assert [p.name for p in checkpoints(root)] == [checkpoint_name(3)] and check_checkpoint(root/checkpoint_name(3)) == []
+    v = cli('ddpsafe-verify', root)
+    assert v.returncode == 0 and 'leftover of a save that never finished' in v.stdout, v.stdout + v.stderr
+    codes, outs, res = tc.run(folder, N_EPOCH, *FSDP, '--out', folder/'w')
+    assert codes == [0, 0], f'exit codes {codes}\n' + fail_msg(outs)
+    assert f'ddpsafe: resumed from {root/checkpoint_name(3)} ' in outs[0], outs[0][-3000:]
+    assert not list(root.glob('.step-*')), 'the resume left the temporary folder'
+    assert all(tc.same(w, whole[0]) for w in tc.weights(folder/'w')), 'the resumed run differs from the uninterrupted one'
+    print(f'\n[shards] kill -9 of rank 1 with its shards of step 6 written, before the manifest: {temps[0].name} held '
+          f'{held} and no manifest; step 3 verified, was resumed, and the run ended '
+          'bit-identical to the uninterrupted one; the temporary folder was removed')
+
+def flip_byte(f, at:int=-100):
+    b = bytearray(f.read_bytes()); b[at] ^= 0xFF; f.write_bytes(bytes(b))
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize('damage', ['missing', 'flipped'])
+def test_damaged_shard(folder, damage):
+    whole = tc.baseline(N_EPOCH, *FSDP)
+    root = folder/'checkpoints'
+    for s in (3, 6):
+        shutil.copytree(tc.baseline_run(N_EPOCH, *FSDP)['path']/'checkpoints'/checkpoint_name(s), root/checkpoint_name(s))
+    ck = root/checkpoint_name(6)
+    if damage == 'missing': (ck/'__1_0.distcp').unlink(); msg = f'{ck}/__1_0.distcp: listed in the manifest, missing on disk'
+    else: flip_byte(ck/'__0_0.distcp'); msg = f'{ck}/__0_0.distcp: checksum differs from the manifest'
+    v = cli('ddpsafe-verify', root)
+    assert v.returncode == 1 and msg in v.stdout, v.stdout + v.stderr
+    ex = cli('ddpsafe-export', ck, '--out', folder/'w.safetensors')
+    assert ex.returncode == 1 and msg in ex.stderr and not (folder/'w.safetensors').exists(), ex.stdout + ex.stderr
+    codes, outs, res = tc.run(folder, N_EPOCH, *FSDP, '--out', folder/'w')
+    assert codes == [0, 0], f'exit codes {codes}\n' + fail_msg(outs)
+    for r, o in enumerate(outs): assert f'skipping checkpoint {ck}' in o and msg in o, f'rank {r} did not name {msg!r}:\n{o[-3000:]}'
+    assert f'ddpsafe: resumed from {root/checkpoint_name(3)} ' in outs[0], outs[0][-3000:]
+    assert all(tc.same(w, whole[0]) for w in tc.weights(folder/'w')), 'the resumed run differs from the uninterrupted one'
+    print(f'\n[shards] a {damage} shard file in step 6: ddpsafe-verify and ddpsafe-export name it ({msg}); both ranks warned, '
+          'resumed from step 3 and ended bit-identical to the uninterrupted run')

@@ -4,7 +4,7 @@ Used by `tests/test_checkpoint.py` (issue 4) and `tests/test_preempt.py` (issue 
 
     python train_ckpt.py PATH N_EPOCH [--fit one_cycle|fit|fine_tune] [--every-steps N] [--every-epoch N] [--keep N]
                          [--slow SECS] [--poll-seconds SECS] [--model-mb MB] [--out FILE] [--touch NAME:STEP] [--kill SIG:RANK:STEP]
-                         [--exit-code N|none] [--best-max] [--no-resume] [--trace-fs] [--fsdp] [--start-out FILE] ...
+                         [--exit-code N|none] [--best-max] [--no-resume] [--trace-fs] [--fsdp] [--start-out FILE] [--stall-shards STEP] ...
 
 `PATH` is the learner's path; checkpoints go to `PATH/checkpoints`. The run is `synth_learner(path=PATH, seed=0)` (a
 bigger MLP on the same synthetic data with `--model-mb`), trained inside `learn.distrib_ctx()` (`learn.fsdp_ctx()` with `--fsdp`) with a
@@ -13,6 +13,7 @@ bigger MLP on the same synthetic data with `--model-mb`), trained inside `learn.
     FIT i START                      before fit i's first batch (the signal handlers are installed)
     STEP g                           after optimizer step g (global over the script's fits), before the per-step sleep
     SAVE-BEGIN g reason / SAVE-END g reason saved|skipped    around every `CheckpointCallback.save`
+    SHARDS-WRITTEN g                 with `--stall-shards g`, on rank 1: its shards of step g are written (it then sleeps)
     RESULT {json}                    last: rank, exit code, steps done, how the run stopped, the error if any
 
 `--out FILE` writes this rank's final weights (`torch.save` of the state_dict) to `FILE.rank{r}`; `--start-out FILE` the
@@ -48,6 +49,7 @@ def parse_args(argv=None):
     p.add_argument('--async-save', action='store_true', help="CheckpointCallback's async_save")
     p.add_argument('--local', default=None, help="CheckpointCallback's local: a folder in PATH committed to first, then uploaded to --ckpt")
     p.add_argument('--fsdp', action='store_true', help='train inside learn.fsdp_ctx() (FSDP2) instead of distrib_ctx (DDP)')
+    p.add_argument('--stall-shards', type=int, default=None, help='STEP: rank 1 prints SHARDS-WRITTEN STEP once its shards of that step are written, then sleeps')
     p.add_argument('--ckpt', default='checkpoints', help="CheckpointCallback's path: a folder in PATH, or a URL (credentials from AWS_*)")
     return p.parse_args(argv)
 
@@ -87,6 +89,17 @@ def main(argv=None) -> int:
         learn = Learner(synth_dls(seed=0, path=a.path), model, loss_func=MSELossFlat(), lr=1e-2, path=a.path)
     else: learn = synth_learner(path=a.path, seed=0)
     learn.remove_cb(ProgressCallback)          # no progress bars: the marker lines stay whole
+
+    if a.stall_shards is not None and r == 1:
+        from ddpsafe.commit import temporary_of
+        from ddpsafe.manifest import checkpoint_step
+        write_shards = ddpsafe.checkpoint.write_shards
+        def stalled(state, folder, group=None):
+            out = write_shards(state, folder, group)
+            if checkpoint_step(temporary_of(folder)[0]) == a.stall_shards:
+                say(f'SHARDS-WRITTEN {a.stall_shards}'); time.sleep(600)
+            return out
+        ddpsafe.checkpoint.write_shards = stalled
 
     touches = [(n, int(s)) for n, s in (o.rsplit(':', 1) for o in a.touch)]
     kills = [(getattr(signal, sg), int(rk), int(s)) for sg, rk, s in (o.split(':') for o in a.kill)]
