@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/checkpoint.html.md"""
 
 # %% ../nbs/08_checkpoint.ipynb #b489a2a4
 from __future__ import annotations
-import sys, time, errno, random, shutil, signal, threading, warnings, weakref, contextlib
+import sys, time, uuid, errno, random, shutil, signal, threading, warnings, weakref, contextlib
 from pathlib import Path
 import numpy as np, torch
 import safetensors.torch as st
@@ -19,7 +19,7 @@ from fastai.torch_core import get_model
 import ddpsafe
 from .core import *
 from .io import safe_load, prepare_dir, torch_writer, UnsafePickleError
-from .commit import is_url, as_path, discard, FileWriter, errno_of
+from .commit import is_url, as_path, discard, FileWriter, errno_of, commit_file
 from .manifest import *
 from .owner import claim_folder
 from .preempt import StopRequests, REQUEUE_EXIT_CODE
@@ -42,9 +42,9 @@ __all__ = ['step_lock', 'model_weights', 'load_weights', 'rng_state', 'set_rng_s
            'model_signature', 'optimizer_signature', 'fit_method', 'fit_signature', 'setup_signature', 'setup_changes',
            'ModelState', 'OptimizerState', 'RecorderState', 'TrackerState', 'LoaderState', 'RNGState', 'training_parts',
            'checkpoint_files', 'best_checkpoint', 'choose_checkpoint', 'read_checkpoint_file', 'check_setup',
-           'resume_message', 'position_in', 'world_change_message', 'shard_state', 'write_in_shards', 'in_shards',
-           'check_shards_seen', 'load_weight_shards', 'load_optimizer_shards', 'claim_checkpoints', 'upload_checkpoint',
-           'Uploader', 'CheckpointCallback']
+           'resume_message', 'position_in', 'world_change_message', 'shard_state', 'write_in_shards',
+           'ranks_not_seeing', 'in_shards', 'check_shards_seen', 'load_weight_shards', 'load_optimizer_shards',
+           'claim_checkpoints', 'upload_checkpoint', 'Uploader', 'CheckpointCallback']
 
 # %% ../nbs/08_checkpoint.ipynb #9f2b6736
 _locks = fastai.learner.__dict__.setdefault('_ddpsafe_step_locks', weakref.WeakKeyDictionary())   # one per process, however often this runs
@@ -461,6 +461,15 @@ def write_in_shards(root:Path, # The checkpoints folder
 
 class _ShardsFailed(Exception): "A rank could not write its shards (the message is built on every rank)"
 
+# %% ../nbs/08_checkpoint.ipynb #3ba8bf9c
+def ranks_not_seeing(folder:Path) -> list:
+    "The ranks that do not see, in their `folder`, a file that rank 0 writes into its own; collective"
+    if not coordinating(): return []
+    name = on_main(lambda: commit_file(Path(folder)/f'.ddpsafe-probe-{uuid.uuid4().hex[:8]}', b'').name)
+    try: seen = all_ranks((Path(folder)/name).exists())
+    finally: on_main(lambda: (Path(folder)/name).unlink(missing_ok=True))
+    return [r for r, s in enumerate(seen) if not s]
+
 # %% ../nbs/08_checkpoint.ipynb #a8fcd4f7
 def _together(f):
     "`f()` on every rank; a failure on any rank raised on all (each its own where it failed); collective"
@@ -659,6 +668,10 @@ class CheckpointCallback(Callback):
         self.last_save, self.timer_raised = time.monotonic(), False
         self.writer, self.state_buffers = (AsyncWriter(), StateBuffers()) if self.async_save else (None, None)
         self.sharded_save = is_sharded(self.model) and not is_url(self.root)   # each rank writes its own shards
+        if self.sharded_save and (blind := ranks_not_seeing(self.local_root or self.root)):
+            self.sharded_save = False
+            if is_main(): print(f'ddpsafe: rank{"s"*(len(blind)>1)} {", ".join(map(str, blind))} do not see {self.local_root or self.root}: '
+                                "this fit's checkpoints are gathered whole to rank 0, not written in shards by every rank")
         if self.sharded_save and self.async_save and coordinating(): side_group('write')   # every rank's writer thread talks on it
         self.uploader = Uploader(self.root, self.keep, self.comp) if self.local and is_main() else None
         self.stops = StopRequests(self.signals, self.local_root or self.root, self.save_switch, self.stop_switch, self.poll_seconds).install()

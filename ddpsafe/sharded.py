@@ -84,7 +84,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemWriter, FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 from .commit import file_digest
-from .io import UnsafePickleError
+from .io import UnsafePickleError, _zip_crc
 from .manifest import CorruptCheckpoint, SHARD_INDEX
 
 # %% ../nbs/02a_sharded.ipynb #43529e19
@@ -113,7 +113,8 @@ def write_shards(state:dict,   # Flat: name -> tensor or `DTensor`
                  group=None    # The process group (default: the default one)
                 ) -> dict:
     "Write this rank's shards of `state` into `folder`: {file: size and xxh3}; collective"
-    dcp.save(state, storage_writer=FileSystemWriter(folder, thread_count=1), process_group=group)
+    with _zip_crc(False):   # DCP `torch.save`s each piece; the manifest's checksums cover the files, as `torch_writer(crc32=False)`'s
+        dcp.save(state, storage_writer=FileSystemWriter(folder, thread_count=1), process_group=group)
     r = dist.get_rank(group) if coordinating() else 0
     return {n: dict(size=(folder/n).stat().st_size, xxh3=file_digest(folder/n)) for n in shard_names(folder, r)}
 

@@ -1,0 +1,113 @@
+"""What writing a sharded model's checkpoint in shards changes, against gathering it whole to rank 0, on CPU ranks.
+
+    python bench/shard_bench.py                          # 2 ranks, states of 100 MB and 300 MB (weights and Adam state), 5 repetitions
+    python bench/shard_bench.py --sizes 100 --reps 3     # shorter
+
+An MLP of fp32 `Linear` layers, sharded over the ranks with FSDP2 (`fully_shard` on each layer and the whole), with
+fastai's `Adam` after one step: its state is the weights and two tensors per weight. Each repetition makes, in an
+order alternated from one repetition to the next, on every rank at once:
+
+- whole: what a sharded model's checkpoint was before (and still is on object storage): the weights and optimizer state
+  gathered tensor by tensor to rank 0 (`model_weights`, `full_optimizer_state`), then `write_checkpoint` on rank 0;
+- shards: `shard_state` and `write_in_shards`, every rank writing its own pieces with DCP inside the same commit;
+- and what an asynchronous save blocks training for, each way: gathering whole into rank 0's reused buffers
+  (`learn.snapshot`), and each rank copying its own pieces into its reused buffers (`StateBuffers.copy`).
+
+For each it records the slowest rank's time, and each rank's peak resident memory above what it held before (Linux's
+`VmHWM`, reset before each measurement through `/proc/self/clear_refs`), over the whole state's size. The ratios are
+taken within each repetition. Results: `bench/results/shards.json`."""
+from __future__ import annotations
+import os, sys, json, time, shutil, argparse, platform, datetime, tempfile, statistics
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+def status(key:str) -> int:
+    "A `/proc/self/status` memory figure, in bytes"
+    return int(next(l for l in Path('/proc/self/status').read_text().splitlines() if l.startswith(key + ':')).split()[1]) * 1024
+
+def reset_peak():
+    "`VmHWM` back to the current resident memory"
+    Path('/proc/self/clear_refs').write_text('5')
+
+def rank_main(mb:int, reps:int, folder:str) -> dict:
+    "One rank's measurements (run by `run_ranks`)"
+    import gc, types, torch, ctypes
+    from torch.distributed.fsdp import fully_shard
+    from fastai.optimizer import Adam
+    from ddpsafe.core import rank, on_main, barrier
+    from ddpsafe.checkpoint import model_weights, checkpoint_files, shard_state, write_in_shards, rng_state
+    from ddpsafe.sharded import full_optimizer_state
+    from ddpsafe.snapshot import StateBuffers
+    from ddpsafe.manifest import write_checkpoint
+    torch.manual_seed(0); torch.set_num_threads(1)
+    width, layers = 1024, max(1, round(mb * 10**6 / 3 / 4 / 1024**2))      # weights + 2 Adam tensors, fp32
+    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
+    for m in [*model, model]: fully_shard(m)
+    opt = Adam(list(model.parameters()), lr=1e-3)
+    model(torch.randn(8, width)).sum().backward(); opt.step()
+    learn = types.SimpleNamespace(model=model, opt=opt)
+    state_bytes = 3 * sum(p.numel() for p in model.parameters()) * 4
+    whole_bufs, shard_bufs, out = StateBuffers(), StateBuffers(), []
+    trim = lambda: (gc.collect(), ctypes.CDLL('libc.so.6').malloc_trim(0))
+
+    def whole():
+        files = checkpoint_files(model_weights(model), full_optimizer_state(opt.state_dict()), {}, [rng_state()])
+        on_main(write_checkpoint, Path(folder)/'whole', 1, files)
+    def shards():
+        s, skeleton = shard_state(learn)
+        write_in_shards(Path(folder)/'shards', 1, checkpoint_files(None, skeleton, {}, [rng_state()]), {}, s)
+    def whole_copy(): whole_bufs.copy(dict(model=model_weights(model), opt=full_optimizer_state(opt.state_dict())))
+    def shard_copy(): shard_bufs.copy(shard_state(learn)[0])
+    ways = dict(whole=whole, shards=shards, whole_copy=whole_copy, shard_copy=shard_copy)
+    for f in ways.values(): f()                                    # warm-up: buffers allocated, files written once
+    for i in range(reps):
+        rep = {}
+        for name in (list(ways) if i % 2 == 0 else list(reversed(ways))):
+            trim(); barrier(); os.sync(); time.sleep(0.2); barrier()
+            base = status('VmRSS'); reset_peak()
+            t0 = time.perf_counter(); ways[name](); t = time.perf_counter() - t0
+            rep[name] = dict(seconds=t, extra_over_state=(status('VmHWM') - base) / state_bytes)
+        out.append(rep)
+    return dict(rank=rank(), state_bytes=state_bytes, layers=layers, reps=out)
+
+def summarize(ranks:list) -> dict:
+    "Per repetition: the slowest rank's time, each rank's memory; ratios within the repetition"
+    reps = []
+    for i in range(len(ranks[0]['reps'])):
+        per = {name: dict(seconds=max(r['reps'][i][name]['seconds'] for r in ranks),
+                          extra_over_state=[round(r['reps'][i][name]['extra_over_state'], 3) for r in ranks])
+               for name in ranks[0]['reps'][i]}
+        per['shards_over_whole_time'] = per['shards']['seconds'] / per['whole']['seconds']
+        per['shard_copy_over_whole_copy_time'] = per['shard_copy']['seconds'] / per['whole_copy']['seconds']
+        reps.append(per)
+    med = lambda k, f=lambda x: x: round(statistics.median(f(r[k]) for r in reps), 3)
+    rank0 = lambda k: [r[k]['extra_over_state'][0] for r in reps]
+    return dict(reps=reps, median=dict(
+        shards_over_whole_time=med('shards_over_whole_time'), shard_copy_over_whole_copy_time=med('shard_copy_over_whole_copy_time'),
+        whole_seconds=med('whole', lambda x: x['seconds']), shards_seconds=med('shards', lambda x: x['seconds']),
+        whole_copy_seconds=med('whole_copy', lambda x: x['seconds']), shard_copy_seconds=med('shard_copy', lambda x: x['seconds']),
+        rank0_extra_whole=round(statistics.median(rank0('whole')), 3), rank0_extra_shards=round(statistics.median(rank0('shards')), 3),
+        rank0_extra_whole_copy=round(statistics.median(rank0('whole_copy')), 3), rank0_extra_shard_copy=round(statistics.median(rank0('shard_copy')), 3)))
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('--sizes', default='100,300', help='states to measure: weights and Adam state, in MB')
+    p.add_argument('--reps', type=int, default=5)
+    p.add_argument('--ranks', type=int, default=2)
+    p.add_argument('--out', default=str(HERE/'results'/'shards.json'))
+    a = p.parse_args(argv)
+    from ddpsafe.testing import run_ranks
+    sizes = []
+    for mb in map(int, a.sizes.split(',')):
+        folder = tempfile.mkdtemp(prefix='ddpsafe-shard-bench-')
+        try: ranks = run_ranks(rank_main, n=a.ranks, args=(mb, a.reps, folder), timeout=3600)
+        finally: shutil.rmtree(folder, ignore_errors=True)
+        sizes.append(dict(mb=mb, state_bytes=ranks[0]['state_bytes'], layers=ranks[0]['layers'], **summarize(ranks)))
+        print(mb, 'MB:', json.dumps(sizes[-1]['median'], indent=1))
+    res = dict(benchmark='shards', date=datetime.datetime.now().isoformat(timespec='seconds'),
+               command='python bench/shard_bench.py ' + ' '.join(argv if argv is not None else sys.argv[1:]),
+               machine=dict(cpus=os.cpu_count(), python=platform.python_version(), load=os.getloadavg()), ranks=a.ranks, sizes=sizes)
+    Path(a.out).write_text(json.dumps(res, indent=1))
+
+if __name__ == '__main__': main()
