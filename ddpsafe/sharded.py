@@ -83,6 +83,7 @@ from pathlib import Path
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemWriter, FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint import metadata as _METADATA
 from .commit import file_digest
 from .io import UnsafePickleError, _zip_crc
 from .manifest import CorruptCheckpoint, SHARD_INDEX
@@ -123,10 +124,15 @@ _INDEX_CLASSES = {('torch', 'Size'), ('torch.serialization', '_get_layout'), ('t
                   ('pathlib', 'PosixPath'), ('pathlib', 'WindowsPath'), ('pathlib', 'PurePosixPath'), ('pathlib', 'PureWindowsPath'),
                   ('collections', 'OrderedDict')}
 
+def _defined_in_metadata(name:str) -> bool:
+    "Is `name` a class of DCP's metadata module (not something it imports, such as `os`)?"
+    o = getattr(_METADATA, name, None)
+    return isinstance(o, type) and o.__module__ == _METADATA.__name__
+
 class _IndexUnpickler(pickle.Unpickler):
     "Unpickles what DCP's index is made of, and nothing else"
     def find_class(self, module, name):
-        ok = (module, name) in _INDEX_CLASSES or module == 'torch.distributed.checkpoint.metadata' and not name.startswith('__') \
+        ok = (module, name) in _INDEX_CLASSES or module == _METADATA.__name__ and _defined_in_metadata(name) \
              or module == 'torch' and isinstance(getattr(torch, name, None), (torch.dtype, torch.layout, torch.memory_format))
         if not ok: raise UnsafePickleError(f'{module}.{name}')
         return super().find_class(module, name)

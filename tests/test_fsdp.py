@@ -139,23 +139,25 @@ def flip_byte(f, at:int=-100):
     b = bytearray(f.read_bytes()); b[at] ^= 0xFF; f.write_bytes(bytes(b))
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize('damage', ['missing', 'flipped'])
-def test_damaged_shard(folder, damage):
+def test_damaged_shards(folder):
+    "Step 9 with a flipped byte in rank 0's shard file, step 6 without rank 1's: both named, both skipped, step 3 resumed"
     whole = tc.baseline(N_EPOCH, *FSDP)
     root = folder/'checkpoints'
-    for s in (3, 6):
+    for s in (3, 6, 9):
         shutil.copytree(tc.baseline_run(N_EPOCH, *FSDP)['path']/'checkpoints'/checkpoint_name(s), root/checkpoint_name(s))
-    ck = root/checkpoint_name(6)
-    if damage == 'missing': (ck/'__1_0.distcp').unlink(); msg = f'{ck}/__1_0.distcp: listed in the manifest, missing on disk'
-    else: flip_byte(ck/'__0_0.distcp'); msg = f'{ck}/__0_0.distcp: checksum differs from the manifest'
+    (root/checkpoint_name(6)/'__1_0.distcp').unlink(); flip_byte(root/checkpoint_name(9)/'__0_0.distcp')
+    damaged = {root/checkpoint_name(6): f'{root/checkpoint_name(6)}/__1_0.distcp: listed in the manifest, missing on disk',
+               root/checkpoint_name(9): f'{root/checkpoint_name(9)}/__0_0.distcp: checksum differs from the manifest'}
     v = cli('ddpsafe-verify', root)
-    assert v.returncode == 1 and msg in v.stdout, v.stdout + v.stderr
-    ex = cli('ddpsafe-export', ck, '--out', folder/'w.safetensors')
-    assert ex.returncode == 1 and msg in ex.stderr and not (folder/'w.safetensors').exists(), ex.stdout + ex.stderr
+    assert v.returncode == 1 and all(msg in v.stdout for msg in damaged.values()), v.stdout + v.stderr
+    for ck, msg in damaged.items():
+        ex = cli('ddpsafe-export', ck, '--out', folder/'w.safetensors')
+        assert ex.returncode == 1 and msg in ex.stderr and not (folder/'w.safetensors').exists(), ex.stdout + ex.stderr
     codes, outs, res = tc.run(folder, N_EPOCH, *FSDP, '--out', folder/'w')
     assert codes == [0, 0], f'exit codes {codes}\n' + fail_msg(outs)
-    for r, o in enumerate(outs): assert f'skipping checkpoint {ck}' in o and msg in o, f'rank {r} did not name {msg!r}:\n{o[-3000:]}'
+    for r, o in enumerate(outs):
+        for ck, msg in damaged.items(): assert f'skipping checkpoint {ck}' in o and msg in o, f'rank {r} did not name {msg!r}:\n{o[-3000:]}'
     assert f'ddpsafe: resumed from {root/checkpoint_name(3)} ' in outs[0], outs[0][-3000:]
     assert all(tc.same(w, whole[0]) for w in tc.weights(folder/'w')), 'the resumed run differs from the uninterrupted one'
-    print(f'\n[shards] a {damage} shard file in step 6: ddpsafe-verify and ddpsafe-export name it ({msg}); both ranks warned, '
-          'resumed from step 3 and ended bit-identical to the uninterrupted run')
+    print(f'\n[shards] a missing shard file in step 6 and a flipped byte in step 9: ddpsafe-verify and ddpsafe-export name them '
+          f'({"; ".join(damaged.values())}); both ranks warned about both, resumed from step 3 and ended bit-identical to the uninterrupted run')
