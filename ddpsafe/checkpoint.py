@@ -670,7 +670,7 @@ class CheckpointCallback(Callback):
         self.sharded_save = is_sharded(self.model) and not is_url(self.root)   # each rank writes its own shards
         if self.sharded_save and (blind := ranks_not_seeing(self.local_root or self.root)):
             self.sharded_save = False
-            if is_main(): print(f'ddpsafe: rank{"s"*(len(blind)>1)} {", ".join(map(str, blind))} do not see {self.local_root or self.root}: '
+            if is_main(): print(f'ddpsafe: rank{"s"*(len(blind)>1)} {", ".join(map(str, blind))} {"do" if len(blind)>1 else "does"} not see {self.local_root or self.root}: '
                                 "this fit's checkpoints are gathered whole to rank 0, not written in shards by every rank")
         if self.sharded_save and self.async_save and coordinating(): side_group('write')   # every rank's writer thread talks on it
         self.uploader = Uploader(self.root, self.keep, self.comp) if self.local and is_main() else None

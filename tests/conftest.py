@@ -65,8 +65,9 @@ def saved_state(ck) -> tuple:
     from ddpsafe.learner import fastai_safe_globals
     from ddpsafe.cli import saved_weights
     from ddpsafe.sharded import fill_placeholders, read_whole_shards
+    from ddpsafe.manifest import SHARD_INDEX, read_manifest
     with torch.serialization.safe_globals(fastai_safe_globals()): opt = torch.load(ck/'optimizer.pt', weights_only=True)
-    return saved_weights(ck), fill_placeholders(opt, read_whole_shards(ck) if (ck/'.metadata').exists() else {})
+    return saved_weights(ck), fill_placeholders(opt, read_whole_shards(ck) if SHARD_INDEX in read_manifest(ck)['files'] else {})
 
 def resumed_on(folder, n_epoch:int, n:int, *args, saved_by:int=2) -> tuple:
     """Resume the newest checkpoint in `folder/checkpoints` (saved by `saved_by` ranks) with `train_ckpt.py` on `n` ranks to
