@@ -11,7 +11,7 @@ The model is 17 bias-free linear layers shaped like `checkpoint_bench.py`'s stat
 - `ddpsafe`: what `CheckpointCallback` does when a fit resumes, with the same public functions: `choose_checkpoint`
   (list the folder, verify the newest checkpoint's sizes and checksums), `read_checkpoint_file` of `state.pt`,
   `model.safetensors`, `optimizer.pt` and `rng.pt` with the manifest (`weights_only` loads straight from each file,
-  copied out of its memory map), `load_weights`, the optimizer's `load_state_dict`, `set_rng_state`.
+  copied out of its memory map; the weights with `mapped=True`, copied once, into the model), `load_weights`, the optimizer's `load_state_dict`, `set_rng_state`.
 Both read from the page cache (the files were just written): the comparison is of the work, not of the disk; with
 `--cold` the page cache is dropped before each load (Linux, as root; the result says so where the OS refuses), so both
 read from the disk, as a job restarted on another node does (`resume_cold.json`). Every
@@ -59,7 +59,7 @@ def ddpsafe_resume(model, opt, folder:Path, stages:dict|None=None):
     t = [time.perf_counter()]
     ck, man, _ = choose_checkpoint(folder/'checkpoints'); t.append(time.perf_counter())
     read_checkpoint_file(ck, 'state.pt', man)
-    weights = read_checkpoint_file(ck, 'model.safetensors', man); t.append(time.perf_counter())
+    weights = read_checkpoint_file(ck, 'model.safetensors', man, mapped=True); t.append(time.perf_counter())
     load_weights(model, weights, ck/'model.safetensors')
     o = read_checkpoint_file(ck, 'optimizer.pt', man); t.append(time.perf_counter())
     opt.load_state_dict(o)

@@ -861,7 +861,7 @@ class CheckpointCallback(Callback):
             check_shards_seen(ck, man)
             index = _together(lambda: read_shard_index(ck))
             _together(lambda: load_weight_shards(self.model, ck, index))
-        else: self.parts['model'].load_state_dict(read_checkpoint_file(ck, 'model.safetensors', man, map_location=device), ck/'model.safetensors')
+        else: self.parts['model'].load_state_dict(read_checkpoint_file(ck, 'model.safetensors', man, mapped=True), ck/'model.safetensors')   # copied once, into the model
         changed = check_setup(ck, state.get('setup'), self.setup, self.accept_changes)
         if 'optimizer' not in changed:
             opt = read_checkpoint_file(ck, 'optimizer.pt', man, map_location=device)

@@ -101,13 +101,14 @@ def _copied_out(map_location):
         return s.clone() if s.data_ptr() == storage.data_ptr() else s
     return copy_out
 
-def _deserialize(data:bytes|None, path:Path, map_location=None, unsafe_pickle=False, **torch_load_kwargs):
+def _deserialize(data:bytes|None, path:Path, map_location=None, unsafe_pickle=False, mapped=False, **torch_load_kwargs):
     "The object in `data`, or in the file at `path` itself when `data` is `None`"
     if path.suffix == '.safetensors':
         try: res = st.load(data) if data is not None else st.load_file(path)
         except Exception as e: raise CorruptFileError(f'{path}: not a complete safetensors file ({e})') from e
-        if data is None and map_location is None: map_location = 'cpu'    # copied out of the memory map
-        return {k: v.to(map_location, copy=data is None) for k,v in res.items()} if map_location is not None else res
+        copy = data is None and not mapped
+        if copy and map_location is None: map_location = 'cpu'    # copied out of the memory map
+        return {k: v.to(map_location, copy=copy) for k,v in res.items()} if map_location is not None else res
     src, kw = (io.BytesIO(data), {}) if data is not None else (path, dict(mmap=True))
     if data is None: map_location = _copied_out(map_location)
     try: return torch.load(src, map_location=map_location, weights_only=not unsafe_pickle, **kw, **torch_load_kwargs)
@@ -150,10 +151,11 @@ def safe_load(path:Path|str,        # The file to read: `.safetensors`, or anyth
               map_location=None,    # As in `torch.load`
               unsafe_pickle:bool=False, # Unpickle arbitrary objects: runs code from the file; only for files you trust
               expect:dict|None=None,    # Its `size` and `xxh3`, as a checkpoint's manifest lists them: see below
+              mapped:bool=False,        # A `.safetensors` file's tensors may stay backed by the file (no copy): only to use them at once
               **torch_load_kwargs):
     "Load `path` on every rank with `weights_only=True`"
     path = as_path(path)
-    return collective_read(path, lambda data: _deserialize(data, path, map_location, unsafe_pickle, **torch_load_kwargs), expect)
+    return collective_read(path, lambda data: _deserialize(data, path, map_location, unsafe_pickle, mapped, **torch_load_kwargs), expect)
 
 # %% ../nbs/02_io.ipynb #2d9b71b7
 def _make_dir(path:Path, overwrite:bool):
