@@ -5,6 +5,7 @@ once per `poll_seconds` of steps.
     python bench/preempt_bench.py                   # 2 CPU ranks, two model sizes, 6 repetitions
     python bench/preempt_bench.py --reps 4 --steps 100
     python bench/preempt_bench.py --polls-only      # only the poll() timings again, into the existing results
+    python bench/preempt_bench.py --polls-only --poll-seconds 0.1,0.25   # and with each of these poll_seconds
 
 Two measurements, on 2 CPU ranks joined by gloo (`ddpsafe.testing.run_ranks`, one torch thread per rank):
 
@@ -122,9 +123,10 @@ def poll_cost(n:int, gap_s:float, poll_seconds:float=0.) -> dict:
     finally:
         stops.uninstall(); shutil.rmtree(folder, ignore_errors=True)
 
-def poll_worker(polls:int, gap:float) -> dict:
-    "Only the timings of `poll()`, per step and with `poll_seconds=0.1`, on one rank"
-    return dict(poll=poll_cost(polls, gap), poll_spaced=poll_cost(polls, gap, poll_seconds=0.1))
+def poll_worker(polls:int, gap:float, spans=(0.1,)) -> dict:
+    "Only the timings of `poll()`, per step and with each `poll_seconds` of `spans`, on one rank"
+    spaced = {str(s): poll_cost(polls, gap, poll_seconds=s) for s in spans}
+    return dict(poll=poll_cost(polls, gap), poll_spaced=spaced[str(spans[0])], poll_spaced_by=spaced)
 
 def worker(models:list, steps:dict, reps:int, warmup:int, polls:int) -> dict:
     "The whole benchmark on one rank"
@@ -181,10 +183,14 @@ def summarize(ranks:list, models:list) -> dict:
         out[m]['poll_estimate_pct_per_rank'] = [r['poll']['spaced_mean_us']*1e-6/plain_step*100 for r in ranks]
         out[m]['poll_estimate_met'] = bool(out[m]['poll_estimate_pct_of_mean'] <= 1.0)
     shortest = min(out, key=lambda m: out[m]['plain_median_step_ms'])   # the polls were timed at this model's step
+    o = out[shortest]
+    pct = lambda q: q['spaced_mean_us']*1e-6/(o['plain_median_step_ms']*1e-3)*100
     if all(r.get('poll_spaced') for r in ranks):                         # poll_seconds=0.1
-        o = out[shortest]
-        o['poll_spaced_estimate_pct_per_rank'] = [r['poll_spaced']['spaced_mean_us']*1e-6/(o['plain_median_step_ms']*1e-3)*100 for r in ranks]
+        o['poll_spaced_estimate_pct_per_rank'] = [pct(r['poll_spaced']) for r in ranks]
         o['poll_spaced_estimate_met'] = bool(max(o['poll_spaced_estimate_pct_per_rank']) <= 1.0)
+    if all(r.get('poll_spaced_by') for r in ranks):                      # each --poll-seconds
+        o['poll_spaced_by'] = {k: dict(pct_per_rank=[pct(r['poll_spaced_by'][k]) for r in ranks]) for k in ranks[0]['poll_spaced_by']}
+        for v in o['poll_spaced_by'].values(): v['met'] = bool(max(v['pct_per_rank']) <= 1.0)
     return dict(models=out, poll_per_rank=[r['poll'] for r in ranks], poll_spaced_per_rank=[r.get('poll_spaced') for r in ranks])
 
 def main(argv=None):
@@ -197,17 +203,20 @@ def main(argv=None):
     p.add_argument('--out', default=str(HERE/'results'/'preempt.json'))
     p.add_argument('--resummarize', action='store_true', help='only recompute the summaries of an existing --out from its raw timings')
     p.add_argument('--polls-only', action='store_true', help="only time poll() again, at the step time of --out's shortest model, and resummarize")
+    p.add_argument('--poll-seconds', default='0.1', help="with --polls-only: the poll_seconds values to time poll() with, comma separated (default 0.1)")
     a = p.parse_args(argv)
     if a.polls_only:
         from ddpsafe.testing import run_ranks
         res = json.loads(Path(a.out).read_text())
         gap = min(v['plain_median_step_ms'] for v in res['models'].values())/1e3
-        for raw, polls in zip(res['raw'], run_ranks(poll_worker, n=2, args=(a.polls, gap), timeout=1200)): raw.update(polls)
+        spans = tuple(float(x) for x in a.poll_seconds.split(','))
+        for raw, polls in zip(res['raw'], run_ranks(poll_worker, n=2, args=(a.polls, gap, spans), timeout=1800)): raw.update(polls)
         res.update(summarize(res['raw'], list(res['steps_per_run'])), polls_date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
                    polls_command=' '.join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]))
         Path(a.out).write_text(json.dumps(res, indent=1))
         for i, (q, sp) in enumerate(zip(res['poll_per_rank'], res['poll_spaced_per_rank'])):
-            print(f"rank {i}: poll() between steps mean {q['spaced_mean_us']:.0f} us, with poll_seconds=0.1 mean {sp['spaced_mean_us']:.0f} us, at {gap*1e3:.1f} ms steps")
+            print(f"rank {i}: poll() between steps mean {q['spaced_mean_us']:.0f} us, at {gap*1e3:.1f} ms steps; with poll_seconds " +
+                  ', '.join(f"{k}: mean {v['spaced_mean_us']:.0f} us" for k, v in res['raw'][i]['poll_spaced_by'].items()))
         return res
     if a.resummarize:
         res = json.loads(Path(a.out).read_text())
