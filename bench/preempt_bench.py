@@ -5,7 +5,7 @@ once per `poll_seconds` of steps.
     python bench/preempt_bench.py                   # 2 CPU ranks, two model sizes, 6 repetitions
     python bench/preempt_bench.py --reps 4 --steps 100
     python bench/preempt_bench.py --polls-only      # only the poll() timings again, into the existing results
-    python bench/preempt_bench.py --polls-only --poll-seconds 0.1,0.25   # and with each of these poll_seconds
+    python bench/preempt_bench.py --polls-only --poll-seconds 0.1,0.5    # with these poll_seconds (default 0.1,0.25)
 
 Two measurements, on 2 CPU ranks joined by gloo (`ddpsafe.testing.run_ranks`, one torch thread per rank):
 
@@ -20,8 +20,8 @@ Two measurements, on 2 CPU ranks joined by gloo (`ddpsafe.testing.run_ranks`, on
    (standing for the gradients', which keeps DDP ranks in lockstep) between calls as in training (so the all-reduce
    started at one step can finish before the next step reads it), and back to back (each
    call then waits a full all-reduce round trip). Estimated overhead = poll time (median, and mean) / plain step time.
-   The same with `StopRequests(poll_seconds=0.1)` (`CheckpointCallback(poll_seconds=0.1)`), where one round spans
-   about 0.1 s of steps: the mean of its calls is the cost per step.
+   The same with `StopRequests(poll_seconds=s)` (`CheckpointCallback(poll_seconds=s)`) for each `--poll-seconds` s
+   (0.1 and 0.25 by default), where one round spans about s seconds of steps: the mean of its calls is the cost per step.
 
 Results: `bench/results/preempt.json`."""
 from __future__ import annotations
@@ -123,12 +123,11 @@ def poll_cost(n:int, gap_s:float, poll_seconds:float=0.) -> dict:
     finally:
         stops.uninstall(); shutil.rmtree(folder, ignore_errors=True)
 
-def poll_worker(polls:int, gap:float, spans=(0.1,)) -> dict:
+def poll_worker(polls:int, gap:float, spans=(0.1, 0.25)) -> dict:
     "Only the timings of `poll()`, per step and with each `poll_seconds` of `spans`, on one rank"
-    spaced = {str(s): poll_cost(polls, gap, poll_seconds=s) for s in spans}
-    return dict(poll=poll_cost(polls, gap), poll_spaced=spaced[str(spans[0])], poll_spaced_by=spaced)
+    return dict(poll=poll_cost(polls, gap), poll_spaced_by={str(s): poll_cost(polls, gap, poll_seconds=s) for s in spans})
 
-def worker(models:list, steps:dict, reps:int, warmup:int, polls:int) -> dict:
+def worker(models:list, steps:dict, reps:int, warmup:int, polls:int, spans=(0.1, 0.25)) -> dict:
     "The whole benchmark on one rank"
     import torch.distributed as dist
     import fastai.distributed, ddpsafe.all                 # ddpsafe patches fastai's DDP for CPU
@@ -146,7 +145,7 @@ def worker(models:list, steps:dict, reps:int, warmup:int, polls:int) -> dict:
             runs.append(dict(order=order, **res))
         out[model] = dict(runs=runs)
     gap = min(statistics.median(r['plain']['median_step_s'] for r in out[m]['runs']) for m in models)
-    out.update(poll_worker(polls, gap))
+    out.update(poll_worker(polls, gap, spans))
     return out
 
 def bootstrap(xs:list, n:int=2000, seed:int=0) -> list:
@@ -184,14 +183,10 @@ def summarize(ranks:list, models:list) -> dict:
         out[m]['poll_estimate_met'] = bool(out[m]['poll_estimate_pct_of_mean'] <= 1.0)
     shortest = min(out, key=lambda m: out[m]['plain_median_step_ms'])   # the polls were timed at this model's step
     o = out[shortest]
-    pct = lambda q: q['spaced_mean_us']*1e-6/(o['plain_median_step_ms']*1e-3)*100
-    if all(r.get('poll_spaced') for r in ranks):                         # poll_seconds=0.1
-        o['poll_spaced_estimate_pct_per_rank'] = [pct(r['poll_spaced']) for r in ranks]
-        o['poll_spaced_estimate_met'] = bool(max(o['poll_spaced_estimate_pct_per_rank']) <= 1.0)
-    if all(r.get('poll_spaced_by') for r in ranks):                      # each --poll-seconds
-        o['poll_spaced_by'] = {k: dict(pct_per_rank=[pct(r['poll_spaced_by'][k]) for r in ranks]) for k in ranks[0]['poll_spaced_by']}
-        for v in o['poll_spaced_by'].values(): v['met'] = bool(max(v['pct_per_rank']) <= 1.0)
-    return dict(models=out, poll_per_rank=[r['poll'] for r in ranks], poll_spaced_per_rank=[r.get('poll_spaced') for r in ranks])
+    pct = lambda q: q['spaced_mean_us']*1e-6/(o['plain_median_step_ms']*1e-3)*100    # the mean call: the cost per step
+    o['poll_spaced_by'] = {k: dict(pct_per_rank=[pct(r['poll_spaced_by'][k]) for r in ranks]) for k in ranks[0]['poll_spaced_by']}
+    for v in o['poll_spaced_by'].values(): v['met'] = bool(max(v['pct_per_rank']) <= 1.0)
+    return dict(models=out, poll_per_rank=[r['poll'] for r in ranks])
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -203,18 +198,18 @@ def main(argv=None):
     p.add_argument('--out', default=str(HERE/'results'/'preempt.json'))
     p.add_argument('--resummarize', action='store_true', help='only recompute the summaries of an existing --out from its raw timings')
     p.add_argument('--polls-only', action='store_true', help="only time poll() again, at the step time of --out's shortest model, and resummarize")
-    p.add_argument('--poll-seconds', default='0.1', help="with --polls-only: the poll_seconds values to time poll() with, comma separated (default 0.1)")
+    p.add_argument('--poll-seconds', default='0.1,0.25', help="the poll_seconds values to time poll() with as well, comma separated (default 0.1,0.25)")
     a = p.parse_args(argv)
+    spans = tuple(float(x) for x in a.poll_seconds.split(','))
     if a.polls_only:
         from ddpsafe.testing import run_ranks
         res = json.loads(Path(a.out).read_text())
         gap = min(v['plain_median_step_ms'] for v in res['models'].values())/1e3
-        spans = tuple(float(x) for x in a.poll_seconds.split(','))
         for raw, polls in zip(res['raw'], run_ranks(poll_worker, n=2, args=(a.polls, gap, spans), timeout=1800)): raw.update(polls)
         res.update(summarize(res['raw'], list(res['steps_per_run'])), polls_date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
                    polls_command=' '.join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]))
         Path(a.out).write_text(json.dumps(res, indent=1))
-        for i, (q, sp) in enumerate(zip(res['poll_per_rank'], res['poll_spaced_per_rank'])):
+        for i, q in enumerate(res['poll_per_rank']):
             print(f"rank {i}: poll() between steps mean {q['spaced_mean_us']:.0f} us, at {gap*1e3:.1f} ms steps; with poll_seconds " +
                   ', '.join(f"{k}: mean {v['spaced_mean_us']:.0f} us" for k, v in res['raw'][i]['poll_spaced_by'].items()))
         return res
@@ -227,7 +222,7 @@ def main(argv=None):
     models = a.models.split(',')
     steps = {m: a.steps or dict(small=400, medium=150).get(m, 200) for m in models}
     t0 = time.time()
-    ranks = run_ranks(worker, n=2, args=(models, steps, a.reps, a.warmup, a.polls), timeout=3000)
+    ranks = run_ranks(worker, n=2, args=(models, steps, a.reps, a.warmup, a.polls, spans), timeout=3000)
     res = dict(benchmark='preempt', date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
                machine=dict(cores=os.cpu_count(), platform=platform.platform(), python=platform.python_version(),
                             torch=torch.__version__, load_at_end=os.getloadavg()),
