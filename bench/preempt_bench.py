@@ -123,11 +123,11 @@ def poll_cost(n:int, gap_s:float, poll_seconds:float=0.) -> dict:
     finally:
         stops.uninstall(); shutil.rmtree(folder, ignore_errors=True)
 
-def poll_worker(polls:int, gap:float, spans=(0.1, 0.25)) -> dict:
+def poll_worker(polls:int, gap:float, spans:tuple) -> dict:
     "Only the timings of `poll()`, per step and with each `poll_seconds` of `spans`, on one rank"
     return dict(poll=poll_cost(polls, gap), poll_spaced_by={str(s): poll_cost(polls, gap, poll_seconds=s) for s in spans})
 
-def worker(models:list, steps:dict, reps:int, warmup:int, polls:int, spans=(0.1, 0.25)) -> dict:
+def worker(models:list, steps:dict, reps:int, warmup:int, polls:int, spans:tuple) -> dict:
     "The whole benchmark on one rank"
     import torch.distributed as dist
     import fastai.distributed, ddpsafe.all                 # ddpsafe patches fastai's DDP for CPU
