@@ -696,9 +696,9 @@ class CheckpointCallback(Callback):
 
     def _close(self):
         "Release what this fit opened, however it ended"
-        if self.stops is not None: self.stops.uninstall(wait=False)
-        if self.writer is not None and (err := self.writer.close()) is not None:
+        if self.writer is not None and (err := self.writer.close()) is not None:   # the signals still only raise a flag meanwhile
             warnings.warn(f'ddpsafe: the background checkpoint write failed too: {err}')
+        if self.stops is not None: self.stops.uninstall(wait=False)
         if self.uploader is not None: self.uploader.close()  # after an error: the upload in flight ends in the background
         for c in (self.claim, self.far_claim):
             if c is not None: c.release()                    # rank 0's; the other ranks hold inactive copies

@@ -8,14 +8,15 @@ Docs: https://ddpsafe.github.io/ddpsafe/core.html.md"""
 from __future__ import annotations
 import os, re, time, atexit, pickle, weakref, threading, traceback
 from datetime import timedelta
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 import torch, torch.distributed as dist
 
 # %% auto #0
 __all__ = ['live', 'rank', 'world', 'is_main', 'coordinating', 'ddp_timeout', 'DistTimeout', 'CheckpointMismatch',
-           'start_heartbeat', 'stop_heartbeat', 'silent_ranks', 'peer_failure', 'bound_process_group', 'side_group',
-           'using_side_group', 'release_side_group', 'broadcast_bytes', 'RemoteTraceback', 'on_main', 'agree',
-           'any_rank', 'all_ranks', 'barrier']
+           'start_heartbeat', 'stop_heartbeat', 'silent_ranks', 'error_line', 'report_failure', 'failed_ranks',
+           'forget_failure', 'peer_failure', 'name_failure', 'bound_process_group', 'side_group', 'using_side_group',
+           'release_side_group', 'broadcast_bytes', 'RemoteTraceback', 'on_main', 'agree', 'any_rank', 'all_ranks',
+           'barrier']
 
 # %% ../nbs/00_core.ipynb #f89291bf
 def live() -> bool:
@@ -125,6 +126,39 @@ def silent_ranks(window:float|None=None # Seconds a heartbeat must stand still; 
             time.sleep(every/4)
     except Exception: return None
 
+# %% ../nbs/00_core.ipynb #728129d0
+def _fail_key(r:int) -> str: return f'ddpsafe/failed/{r}'
+
+def error_line(e:BaseException) -> str:
+    "`Type: message` of `e` on one line (fastai's callback errors span two); for an error re-raised from a DataLoader worker, the worker's own"
+    lines = [l.strip() for l in str(e).strip().splitlines() if l.strip()]
+    if len(lines) > 1 and lines[0].startswith('Caught ') and ' in DataLoader worker' in lines[0]:
+        kind, where = lines[0][len('Caught '):].rstrip('.').split(' in ', 1)
+        start = max((i for i,l in enumerate(lines) if l.startswith(kind + ':')), default=len(lines)-1)   # the message may span lines
+        return f"{' '.join(lines[start:])[:500]} ({where})"
+    return f'{type(e).__name__}: {" ".join(lines)[:500]}' if lines else type(e).__name__
+
+def report_failure(e:BaseException): # This rank's own error
+    "Leave `e`'s line in the store, where the other ranks look when their collective fails"
+    if not coordinating(): return
+    try:
+        store = dist.distributed_c10d._get_default_store().clone()
+        store.set_timeout(timedelta(seconds=2))
+        store.set(_fail_key(rank()), error_line(e)[:1000])
+    except Exception: pass                               # no store to tell: the others fall back to the heartbeats
+
+def failed_ranks() -> dict:
+    "Other ranks that reported a failure: {rank: their error's line}"
+    if not _beat: return {}
+    store, keys = _beat['reader'], {r: _fail_key(r) for r in range(world()) if r != rank()}
+    try: return _within(lambda: {r: store.get(k).decode() for r,k in keys.items() if store.check([k])}, 2*_beat['every'])
+    except Exception: return {}
+
+def forget_failure():
+    "Remove this rank's reported failure (a new training block starts)"
+    if not _beat: return
+    with suppress(Exception): _beat['reader'].delete_key(_fail_key(rank()))
+
 # %% ../nbs/00_core.ipynb #b7e10a06
 _UNREACHABLE = re.compile(r'[Tt]imed? ?out|[Cc]losed|reset by peer|[Bb]roken pipe|refused')
 
@@ -132,10 +166,12 @@ def peer_failure(e:BaseException,         # What a collective raised
                  what:str='a collective', # What was waiting, for the message
                  src:int|None=None        # The rank expected to send, if one
                 ) -> BaseException:
-    "`e`, or a `DistTimeout` naming the silent ranks"
+    "`e`, or a `DistTimeout` naming the ranks that failed or went silent"
     if isinstance(e, DistTimeout) or not isinstance(e, RuntimeError) or not _UNREACHABLE.search(str(e)): return e
-    silent = silent_ranks()
-    if silent is None:
+    failed = failed_ranks()
+    silent = {} if failed else silent_ranks()
+    if failed: missing, why = sorted(failed), '; '.join(f'rank {r} failed with {m}' for r,m in sorted(failed.items()))
+    elif silent is None:
         if os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True': missing, why = None, "the launcher's store does not answer either"
         else: missing, why = [0], 'rank 0 stopped answering: the process group store it hosts does not answer either'
     elif silent: missing, why = sorted(silent), '; '.join(f'rank {r} stopped answering: no heartbeat for {s:.0f}s' for r,s in sorted(silent.items()))
@@ -145,12 +181,18 @@ def peer_failure(e:BaseException,         # What a collective raised
     head = next((l.strip() for l in lines if _UNREACHABLE.search(l)), lines[0])[:300]   # gloo's line, not a wrapper's
     return DistTimeout(f'{what} failed on rank {rank()}: {why} ({head})', missing)
 
+def name_failure(e:BaseException, what:str='training') -> BaseException:
+    "`e` as the ranks should see it: another rank's failure named (`peer_failure`), or this rank's own reported to them"
+    err = peer_failure(e, what)
+    if err is e and not isinstance(e, DistTimeout): report_failure(e)
+    return err
+
 # %% ../nbs/00_core.ipynb #b7e10a09
 def bound_process_group():
     "Bound the default group's waits; start the heartbeat"
     if not coordinating(): return
     if 'DDPSAFE_TIMEOUT' in os.environ: dist.distributed_c10d._set_pg_timeout(timedelta(seconds=ddp_timeout()))
-    start_heartbeat()
+    start_heartbeat(); forget_failure()
 
 # %% ../nbs/00_core.ipynb #3204cf94
 _side, _thread = {}, threading.local()    # purpose -> weak references to the user's group and ours; a thread's purpose

@@ -96,7 +96,7 @@ def fsdp_ctx(self:Learner,
         yield self
         done = True
     except Exception as e:
-        err = peer_failure(e, 'training')
+        err = name_failure(e)
         if err is e: raise
         raise err from e
     finally:

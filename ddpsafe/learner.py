@@ -105,7 +105,7 @@ def patch_distributed():
             if fd.num_distrib(): self.to_distributed(sync_bn, **kwargs)
             yield self
         except Exception as e:
-            err = peer_failure(e, 'training')
+            err = name_failure(e)
             if err is e: raise
             raise err from e
         finally:

@@ -15,7 +15,8 @@ from .core import *
 from .commit import is_url, as_path
 
 # %% auto #0
-__all__ = ['REMOTE_SWITCH_SECONDS', 'MAX_STEPS_PER_ROUND', 'StopRequests', 'stop_signals', 'signals_blocked', 'REQUEUE_EXIT_CODE']
+__all__ = ['REMOTE_SWITCH_SECONDS', 'MAX_STEPS_PER_ROUND', 'WORKER_GRACE_SECONDS', 'StopRequests', 'stop_signals',
+           'signals_blocked', 'stop_workers', 'REQUEUE_EXIT_CODE']
 
 # %% ../nbs/06_preempt.ipynb #d35fd14c
 from .manifest import REQUEUE_EXIT_CODE   # 75: sysexits' EX_TEMPFAIL, 'try again'; defined with the checkpoint format, which `ddpsafe-status` reads
@@ -151,10 +152,11 @@ def signals_blocked(sigs): # Signals to hold back in this thread
     finally: signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 # %% ../nbs/06_preempt.ipynb #4f97b96c
-import multiprocessing
+import multiprocessing, weakref
 from multiprocessing import resource_tracker
 
 _stock_start_workers = _MultiProcessingDataLoaderIter.__dict__.get('_ddpsafe_stock_init', _MultiProcessingDataLoaderIter.__init__)
+_blocked_iters = weakref.WeakSet()   # iterators whose workers started with the stop signals blocked
 
 def _start_method(loader) -> str:
     "How `loader`'s workers start: 'fork', 'spawn' or 'forkserver'"
@@ -165,7 +167,31 @@ def _start_workers(self, loader, *args, **kwargs):
     "torch's worker start, with the stop signals blocked"
     sigs = stop_signals()
     if sigs and _start_method(loader) != 'fork': resource_tracker.ensure_running()   # its first start unblocks SIGTERM
+    if sigs: _blocked_iters.add(self)                                                # `stop_workers` ends them at exit
     with signals_blocked(sigs): _stock_start_workers(self, loader, *args, **kwargs)
 
 _MultiProcessingDataLoaderIter._ddpsafe_stock_init = _stock_start_workers
 _MultiProcessingDataLoaderIter.__init__ = _start_workers
+
+# %% ../nbs/06_preempt.ipynb #0b3d7215
+import atexit, multiprocessing.util
+from torch.utils.data import _utils as _data_utils
+
+WORKER_GRACE_SECONDS = 2.   # what a worker gets at exit to leave on its own before it is killed
+
+def _alive_workers(its) -> list: return [w for it in its for w in getattr(it, '_workers', []) if w.is_alive()]
+
+def stop_workers(grace:float|None=None): # Seconds the workers get to leave on their own; default `WORKER_GRACE_SECONDS`
+    "End the workers that started with the stop signals blocked: asked first, `SIGKILL` after `grace` seconds"
+    its = [it for it in list(_blocked_iters) if not getattr(it, '_shutdown', True) and _alive_workers([it])]
+    for it in its:
+        it._workers_done_event.set()
+        for q in it._index_queues: q.put(None)      # a worker leaves its loop on an empty message once the event is set
+        if it._worker_pids_set:                     # a killed worker must not wake torch's SIGCHLD check
+            _data_utils.signal_handling._remove_worker_pids(id(it)); it._worker_pids_set = False
+    deadline = time.monotonic() + (WORKER_GRACE_SECONDS if grace is None else grace)
+    for w in _alive_workers(its): w.join(max(0., deadline - time.monotonic()))
+    for w in _alive_workers(its): w.kill(); w.join(1.)
+    for it in its: it._shutdown_workers()           # the pin-memory thread and the queues, as torch does
+
+atexit.register(stop_workers)   # registered after `multiprocessing`'s exit function and torch's exit flag, so it runs before them

@@ -1,0 +1,90 @@
+"""A fastai training script that fails on one rank, as users' scripts do, for `tests/test_failures.py`.
+
+    torchrun --nproc_per_node 2 failing_train.py RUN MODE [--loader fastai|torch] [--fail-rank R]
+    python failing_train.py RUN MODE ...                       # one process, no DDP
+
+MODE `worker`: in epoch 1 the 5th item a DataLoader worker of rank R loads raises `ValueError('corrupt sample I')`.
+MODE `lm`: fastai's language model (`language_model_learner`, AWD_LSTM) on 200 generated texts: fastai's LM DataLoader,
+split across ranks, fails in `fa_collate` on one rank (a known stock fastai failure under DDP).
+MODE `callback`: a user callback raises `ValueError('bad callback at step 9')` on rank R right after the checkpoint of
+step 8 was handed to the background writer (`async_save=True`; the write is slowed by 2 s so that it is in flight).
+Every process that touches the data (ranks and their workers) writes its pid to `RUN/pids/`; each rank prints
+`RESULT ...` if its fit returns. `CheckpointCallback` is attached with its defaults (signals blocked in the workers)."""
+from __future__ import annotations
+import os, sys, time, argparse
+from pathlib import Path
+
+def main():
+    p = argparse.ArgumentParser(); p.add_argument('run'); p.add_argument('mode', choices=['worker', 'callback', 'lm'])
+    p.add_argument('--loader', choices=['fastai', 'torch'], default='fastai'); p.add_argument('--fail-rank', type=int, default=1)
+    a = p.parse_args()
+    r, run = int(os.environ.get('RANK', 0)), Path(a.run)
+    (run/'pids').mkdir(parents=True, exist_ok=True)
+    (run/'pids'/f'{os.getpid()}').write_text(f'rank {r}')
+    if a.mode == 'lm': return language_model(run)
+    import torch
+    from fastai.data.core import DataLoaders
+    from fastai.data.load import DataLoader
+    from fastai.learner import Learner
+    from fastai.losses import MSELossFlat
+    from fastai.callback.core import Callback
+    from fastai.callback.progress import ProgressCallback
+    import fastai.distributed
+    from ddpsafe.checkpoint import CheckpointCallback
+
+    class Items(torch.utils.data.Dataset):
+        "y = x @ [1,2,3,4]; the 5th item one of rank R's workers loads in epoch 1 is corrupt"
+        def __init__(self, n): self.n, self.epoch, self.seen = n, 0, 0
+        def __len__(self): return self.n
+        def __getitem__(self, i):
+            if self.seen == 0: (run/'pids'/f'{os.getpid()}').write_text(f'rank {r}')
+            self.seen += 1
+            if a.mode == 'worker' and self.epoch == 1 and r == a.fail_rank and self.seen == 5: raise ValueError(f'corrupt sample {i}')
+            x = torch.randn(4, generator=torch.Generator().manual_seed(i))
+            return x, (x @ torch.tensor([1., 2., 3., 4.]))[None]
+
+    train, valid = Items(96), Items(32)
+    if a.loader == 'torch':
+        dls = DataLoaders(torch.utils.data.DataLoader(train, batch_size=8, shuffle=True, num_workers=2),
+                          torch.utils.data.DataLoader(valid, batch_size=8, num_workers=2), device='cpu')
+    else: dls = DataLoaders(DataLoader(train, bs=8, shuffle=True, num_workers=2), DataLoader(valid, bs=8, num_workers=2), device='cpu')
+
+    class Epochs(Callback):
+        "Tell the datasets the epoch, before the workers are forked"
+        def before_epoch(self): train.epoch = valid.epoch = self.epoch
+    class Boom(Callback):
+        "A user's callback with a bug on rank R at step 9"
+        order = 70
+        def after_batch(self):
+            if a.mode == 'callback' and self.training and r == a.fail_rank and self.train_iter == 9:
+                raise ValueError('bad callback at step 9')
+    class SlowWrites(CheckpointCallback):
+        "Its background writes take 2 s longer"
+        def _commit(self, *args, **kwargs):
+            print(f'rank {r}: writing a checkpoint in the background', flush=True); time.sleep(2)
+            return super()._commit(*args, **kwargs)
+
+    learn = Learner(dls, torch.nn.Linear(4, 1), loss_func=MSELossFlat(), lr=1e-2, path=run, cbs=[Epochs(), Boom()])
+    learn.remove_cb(ProgressCallback)
+    ckpt = SlowWrites(every_steps=2, async_save=True) if a.mode == 'callback' else CheckpointCallback()
+    if int(os.environ.get('WORLD_SIZE', 1)) > 1:
+        with learn.distrib_ctx(): learn.fit(4, cbs=ckpt)
+    else: learn.fit(4, cbs=ckpt)
+    print(f'RESULT rank {r} finished', flush=True)
+
+def language_model(run:Path):
+    "fastai's text workflow, step one, under DDP"
+    import random, pandas as pd
+    from fastai.text.all import TextDataLoaders, BaseTokenizer, language_model_learner, AWD_LSTM, ProgressCallback
+    import fastai.distributed
+    from ddpsafe.checkpoint import CheckpointCallback
+    words, rnd = 'the a cat dog sat ran on under mat log big small red blue fast slow'.split(), random.Random(0)
+    df = pd.DataFrame(dict(text=[' '.join(rnd.choice(words) for _ in range(rnd.randint(5, 40))) for _ in range(200)]))
+    dls = TextDataLoaders.from_df(df, text_col='text', is_lm=True, tok_tfm=BaseTokenizer(), bs=16, seq_len=20, path=run,
+                                  num_workers=2, valid_pct=0.2, seed=0)
+    learn = language_model_learner(dls, AWD_LSTM, pretrained=False, path=run)
+    learn.remove_cb(ProgressCallback)
+    with learn.distrib_ctx(): learn.fit(2, cbs=CheckpointCallback())
+    print(f'RESULT rank {os.environ.get("RANK", 0)} finished', flush=True)
+
+if __name__ == '__main__': main()

@@ -1,0 +1,80 @@
+"""An error on one rank ends the job promptly, named on rank 0, with no process left behind (issue 32).
+
+Each case runs `tests/scripts/failing_train.py` as a user runs a script: in one process, or on 2 CPU ranks under the
+real `torchrun`, with fastai's or torch's DataLoader and 2 worker processes per rank, `CheckpointCallback` attached (so
+the workers start with the stop signals blocked). The checks: the job ends (a run still going after `LIMIT` seconds is
+killed and fails the test, naming the ranks and workers still alive), the output names the error (on rank 0 under DDP:
+the failing rank and its error's type and message), and no rank or DataLoader worker process is left in the process table.
+Before the fix a worker error never ended: the interpreter's exit waited for workers that could not receive `SIGTERM`."""
+from __future__ import annotations
+import os, sys, time, signal, subprocess
+from pathlib import Path
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT/'tests'/'scripts'/'failing_train.py'
+TORCHRUN = Path(sys.executable).parent/'torchrun'
+LIMIT = 90   # seconds: far past the job's own end (15 s here), far short of the default DDPSAFE_TIMEOUT of 30 minutes
+
+def _alive(pid:int) -> bool:
+    "Is `pid` in the process table, and not a zombie?"
+    try: return Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0] != 'Z'
+    except (FileNotFoundError, ProcessLookupError): return False
+
+def run_job(run:Path, *args, ranks:int=1) -> tuple:
+    "Run the script (under torchrun for `ranks`>1): (exit code, seconds, output); fails naming what is alive past `LIMIT`"
+    cmd = ([str(TORCHRUN), '--nproc_per_node', str(ranks)] if ranks > 1 else [sys.executable]) + [str(SCRIPT), str(run), *args]
+    env = {k: v for k, v in os.environ.items() if k != 'DDPSAFE_TIMEOUT'}   # the default timeout: 30 minutes
+    t0 = time.monotonic()
+    with open(run.parent/f'{run.name}.out', 'w') as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env={**env, 'OMP_NUM_THREADS': '1'})
+        try: code = proc.wait(LIMIT)
+        except subprocess.TimeoutExpired: code = None
+    secs, output = time.monotonic() - t0, (run.parent/f'{run.name}.out').read_text()
+    left = left_behind(run)
+    if code is None:
+        kill_all(run, proc)
+        pytest.fail(f'the job did not end within {LIMIT}s; still alive: {left}\n{output[-4000:]}')
+    print(f'{run.name}: exit {code} after {secs:.1f}s')
+    return code, secs, output, left
+
+def left_behind(run:Path) -> list:
+    "The ranks and DataLoader workers of the job still alive, as 'pid (rank r)'"
+    return [f"{p.name} ({p.read_text()})" for p in sorted((run/'pids').glob('*')) if _alive(int(p.name))]
+
+def kill_all(run:Path, proc):
+    for p in (run/'pids').glob('*'):
+        try: os.kill(int(p.name), signal.SIGKILL)
+        except ProcessLookupError: pass
+    try: os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError: pass
+    proc.wait()
+
+def check_ended(code, output, left, *expected):
+    assert code not in (0, None), output[-4000:]
+    for e in expected: assert e in output, f'{e!r} not in the output:\n{output[-4000:]}'
+    assert left == [], f'processes left behind: {left}\n{output[-3000:]}'
+
+@pytest.mark.parametrize('loader', ['fastai', 'torch'])
+def test_worker_error_one_process(tmp_path, loader):
+    "No DDP: a corrupt sample in a worker ends the script with the error, as stock fastai does"
+    code, secs, out, left = run_job(tmp_path/'run', 'worker', '--loader', loader, '--fail-rank', '0')
+    check_ended(code, out, left, 'ValueError: corrupt sample')
+
+@pytest.mark.parametrize('loader', ['fastai', 'torch'])
+def test_worker_error_on_rank1(tmp_path, loader):
+    "A corrupt sample in a worker of rank 1: rank 0 names rank 1 and its error"
+    code, secs, out, left = run_job(tmp_path/'run', 'worker', '--loader', loader, ranks=2)
+    check_ended(code, out, left, '[rank1]: ValueError: corrupt sample', 'training failed on rank 0: rank 1 failed with ValueError: corrupt sample')
+
+def test_callback_error_during_async_save(tmp_path):
+    "A user's callback raises on rank 1 while rank 0's background write is in flight"
+    code, secs, out, left = run_job(tmp_path/'run', 'callback', ranks=2)
+    check_ended(code, out, left, 'writing a checkpoint in the background',
+                'rank 1 failed with ValueError: Exception occured in `Boom` when calling event `after_batch`: bad callback at step 9')
+
+def test_language_model_collate_error(tmp_path):
+    "fastai's language model under DDP: the stock `fa_collate` failure on one rank ends the job, named on rank 0"
+    code, secs, out, left = run_job(tmp_path/'run', 'lm', ranks=2)
+    assert 'Error when trying to collate the data into batches with fa_collate' in out, out[-4000:]
+    check_ended(code, out, left, 'training failed on rank 0: rank 1 failed with RuntimeError: Error when trying to collate')
