@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/preempt.html.md"""
 
 # %% ../nbs/06_preempt.ipynb #5182030b
 from __future__ import annotations
-import os, time, signal, threading, warnings
+import os, sys, time, signal, threading, warnings
 from contextlib import contextmanager
 from pathlib import Path
 import torch, torch.distributed as dist
@@ -15,8 +15,9 @@ from .core import *
 from .commit import is_url, as_path
 
 # %% auto #0
-__all__ = ['REMOTE_SWITCH_SECONDS', 'MAX_STEPS_PER_ROUND', 'WORKER_GRACE_SECONDS', 'StopRequests', 'stop_signals',
-           'signals_blocked', 'stop_workers', 'REQUEUE_EXIT_CODE']
+__all__ = ['REMOTE_SWITCH_SECONDS', 'MAX_STEPS_PER_ROUND', 'WORKER_GRACE_SECONDS', 'WORKER_START_SECONDS', 'WORKER_START_TRIES',
+           'StopRequests', 'stop_signals', 'signals_blocked', 'stop_workers', 'fork_deadlock_prone', 'WorkerStartError',
+           'stuck_workers', 'REQUEUE_EXIT_CODE']
 
 # %% ../nbs/06_preempt.ipynb #d35fd14c
 from .manifest import REQUEUE_EXIT_CODE   # 75: sysexits' EX_TEMPFAIL, 'try again'; defined with the checkpoint format, which `ddpsafe-status` reads
@@ -151,12 +152,75 @@ def signals_blocked(sigs): # Signals to hold back in this thread
     try: yield
     finally: signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
+# %% ../nbs/06_preempt.ipynb #0b3d7215
+import atexit, weakref, multiprocessing.util
+from torch.utils.data import _utils as _data_utils
+
+WORKER_GRACE_SECONDS = 2.   # what a worker gets at exit to leave on its own before it is killed
+_blocked_iters = weakref.WeakSet()   # iterators whose workers started with the stop signals blocked
+
+def _alive_workers(its) -> list: return [w for it in its for w in getattr(it, '_workers', []) if w.is_alive()]
+
+def _end_workers(its:list, grace:float):
+    "End the workers of iterators `its`: asked first, `SIGKILL` after `grace` seconds; then torch's own shutdown"
+    for it in its:
+        it._workers_done_event.set()
+        for q in it._index_queues: q.put(None)      # a worker leaves its loop on an empty message once the event is set
+        if it._worker_pids_set:                     # a killed worker must not wake torch's SIGCHLD check
+            _data_utils.signal_handling._remove_worker_pids(id(it)); it._worker_pids_set = False
+    deadline = time.monotonic() + grace
+    for w in _alive_workers(its): w.join(max(0., deadline - time.monotonic()))
+    for w in _alive_workers(its): w.kill(); w.join(1.)
+    for it in its: it._shutdown_workers()           # the pin-memory thread and the queues, as torch does
+
+def stop_workers(grace:float|None=None): # Seconds the workers get to leave on their own; default `WORKER_GRACE_SECONDS`
+    "End the live workers that started with the stop signals blocked"
+    its = [it for it in list(_blocked_iters) if not getattr(it, '_shutdown', True) and _alive_workers([it])]
+    _end_workers(its, WORKER_GRACE_SECONDS if grace is None else grace)
+
+atexit.register(stop_workers)   # registered after `multiprocessing`'s exit function and torch's exit flag, so it runs before them
+
+# %% ../nbs/06_preempt.ipynb #fb4ac28d
+WORKER_START_SECONDS = 10.   # a forked worker not in its loop by then is stuck in the interpreter's after-fork
+WORKER_START_TRIES = 3       # starts of one iterator's workers before `WorkerStartError`
+_FORK_FIXED = {(3,8): (3,8,20), (3,9): (3,9,20), (3,10): (3,10,15), (3,11): (3,11,10)}   # the releases with gh-112275's fix
+
+def fork_deadlock_prone(version:tuple|None=None) -> bool: # (major, minor, micro); default: this interpreter's
+    "Can this CPython's forked children deadlock in their after-fork step (gh-112275)?"
+    v = tuple(version or sys.version_info)[:3]
+    return v[:2] in _FORK_FIXED and v < _FORK_FIXED[v[:2]]
+
+class WorkerStartError(RuntimeError):
+    "DataLoader workers that never reached their loop, start after start"
+
+def _in_loop(w) -> bool:
+    "Has worker process `w` reached torch's worker loop (or ended, which torch reports itself)?"
+    try: return Path(f'/proc/{w.pid}/comm').read_text().strip() == 'pt_data_worker'
+    except (FileNotFoundError, ProcessLookupError): return True
+
+def stuck_workers(it,                     # A `_MultiProcessingDataLoaderIter` whose workers were just started
+                  timeout:float|None=None # Seconds; default `WORKER_START_SECONDS`
+                 ) -> list:
+    "The forked workers of `it` not in their loop within `timeout` seconds"
+    deadline, pause = time.monotonic() + (WORKER_START_SECONDS if timeout is None else timeout), 0.0005
+    while (stuck := [w for w in it._workers if not _in_loop(w)]) and time.monotonic() < deadline:
+        time.sleep(pause); pause = min(2*pause, 0.05)
+    return stuck
+
+def _rng_states(loader) -> tuple:
+    "The random states a worker start draws from: torch's, the loader's generator and its sampler's"
+    gens = {id(g): g for g in (getattr(loader, 'generator', None), getattr(getattr(loader, 'sampler', None), 'generator', None)) if g is not None}
+    return torch.get_rng_state(), [(g, g.get_state()) for g in gens.values()]
+
+def _set_rng_states(states:tuple):
+    torch.set_rng_state(states[0])
+    for g, s in states[1]: g.set_state(s)
+
 # %% ../nbs/06_preempt.ipynb #4f97b96c
-import multiprocessing, weakref
+import multiprocessing
 from multiprocessing import resource_tracker
 
 _stock_start_workers = _MultiProcessingDataLoaderIter.__dict__.get('_ddpsafe_stock_init', _MultiProcessingDataLoaderIter.__init__)
-_blocked_iters = weakref.WeakSet()   # iterators whose workers started with the stop signals blocked
 
 def _start_method(loader) -> str:
     "How `loader`'s workers start: 'fork', 'spawn' or 'forkserver'"
@@ -164,34 +228,20 @@ def _start_method(loader) -> str:
     return ctx.get_start_method() if hasattr(ctx, 'get_start_method') else str(ctx)
 
 def _start_workers(self, loader, *args, **kwargs):
-    "torch's worker start, with the stop signals blocked"
-    sigs = stop_signals()
-    if sigs and _start_method(loader) != 'fork': resource_tracker.ensure_running()   # its first start unblocks SIGTERM
-    if sigs: _blocked_iters.add(self)                                                # `stop_workers` ends them at exit
-    with signals_blocked(sigs): _stock_start_workers(self, loader, *args, **kwargs)
+    "torch's worker start, with the stop signals blocked; forked workers that never reach their loop are started again"
+    sigs, forked = stop_signals(), _start_method(loader) == 'fork' and sys.platform.startswith('linux')
+    if sigs and not forked: resource_tracker.ensure_running()   # its first start unblocks SIGTERM
+    if sigs: _blocked_iters.add(self)                           # `stop_workers` ends them at exit
+    drawn = _rng_states(loader) if forked else None
+    for attempt in range(1, WORKER_START_TRIES+1):
+        with signals_blocked(sigs): _stock_start_workers(self, loader, *args, **kwargs)
+        if not forked or not (stuck := stuck_workers(self)): return
+        _end_workers([self], grace=0.)
+        _set_rng_states(drawn)                                  # the next start draws the same seeds
+        what = f"DataLoader worker{'s'*(len(stuck)>1)} (pid {', '.join(str(w.pid) for w in stuck)}) did not reach {'their' if len(stuck)>1 else 'its'} loop within {WORKER_START_SECONDS:g}s of the fork"
+        if attempt == WORKER_START_TRIES: raise WorkerStartError(f'rank {rank()}: {what}, {attempt} starts in a row')
+        warnings.warn(f'ddpsafe: rank {rank()}: {what}: stuck in the interpreter after fork (CPython gh-112275: 3.8-3.11 before '
+                      f'their September 2024 releases; this is {sys.version.split()[0]}); killed, and started again with the same seeds')
 
 _MultiProcessingDataLoaderIter._ddpsafe_stock_init = _stock_start_workers
 _MultiProcessingDataLoaderIter.__init__ = _start_workers
-
-# %% ../nbs/06_preempt.ipynb #0b3d7215
-import atexit, multiprocessing.util
-from torch.utils.data import _utils as _data_utils
-
-WORKER_GRACE_SECONDS = 2.   # what a worker gets at exit to leave on its own before it is killed
-
-def _alive_workers(its) -> list: return [w for it in its for w in getattr(it, '_workers', []) if w.is_alive()]
-
-def stop_workers(grace:float|None=None): # Seconds the workers get to leave on their own; default `WORKER_GRACE_SECONDS`
-    "End the workers that started with the stop signals blocked: asked first, `SIGKILL` after `grace` seconds"
-    its = [it for it in list(_blocked_iters) if not getattr(it, '_shutdown', True) and _alive_workers([it])]
-    for it in its:
-        it._workers_done_event.set()
-        for q in it._index_queues: q.put(None)      # a worker leaves its loop on an empty message once the event is set
-        if it._worker_pids_set:                     # a killed worker must not wake torch's SIGCHLD check
-            _data_utils.signal_handling._remove_worker_pids(id(it)); it._worker_pids_set = False
-    deadline = time.monotonic() + (WORKER_GRACE_SECONDS if grace is None else grace)
-    for w in _alive_workers(its): w.join(max(0., deadline - time.monotonic()))
-    for w in _alive_workers(its): w.kill(); w.join(1.)
-    for it in its: it._shutdown_workers()           # the pin-memory thread and the queues, as torch does
-
-atexit.register(stop_workers)   # registered after `multiprocessing`'s exit function and torch's exit flag, so it runs before them

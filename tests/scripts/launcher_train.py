@@ -1,7 +1,7 @@
 """A small fastai training script as a user writes it, for the launcher tests (`tests/test_launchers.py`) and the recipes in `examples/`.
 
     torchrun --nproc_per_node 2 launcher_train.py PATH N_EPOCH [--every-steps N] [--workers N] [--slow SECS]
-                                                  [--out FILE] [--marks DIR]
+                                                  [--out FILE] [--marks DIR] [--hang-first-fork RANK]
 
 The data is `y = x @ [1,2,3,4] + 0.5` plus noise (like `ddpsafe.testing.synth_dls`) through fastai `DataLoaders` with
 `--workers` DataLoader worker processes (2 by default, as fastai's default gives on a 2-core machine); the model is a
@@ -11,7 +11,9 @@ to `PATH/checkpoints`. It sleeps `--slow` seconds after every optimizer step so 
 Launcher-agnostic: it reads the rank from the environment that `torchrun` or `accelerate launch` sets. With `--marks DIR`
 every rank appends marker lines, flushed at once, to `DIR/rank{r}.log` (`PID p`, `STEP g`, `SAVE g reason`, `RESULT
 {json}`). `--out FILE` writes the final weights of a finished run to `FILE.rank{r}`. The exit code is the
-callback's: 75 after a preemption signal, 0 at the end."""
+callback's: 75 after a preemption signal, 0 at the end. `--hang-first-fork R` makes the first DataLoader worker that rank R
+forks stop before it runs anything (a fork handler that never returns), as a worker deadlocked after fork does
+(CPython gh-112275); `--worker-start-seconds` sets how long ddpsafe waits for a forked worker to start."""
 from __future__ import annotations
 import os, sys, json, time, argparse
 from pathlib import Path
@@ -24,6 +26,8 @@ def parse_args(argv=None):
     p.add_argument('--slow', type=float, default=0.05, help='seconds to sleep after every optimizer step')
     p.add_argument('--items', type=int, default=128, help='items in all, a quarter for validation')
     p.add_argument('--out', default=None); p.add_argument('--marks', default=None)
+    p.add_argument('--hang-first-fork', type=int, default=None, help='rank whose first forked worker never starts')
+    p.add_argument('--worker-start-seconds', type=float, default=None)
     return p.parse_args(argv)
 
 def main(argv=None) -> int:
@@ -68,6 +72,16 @@ def main(argv=None) -> int:
             reason = args[0] if args else kwargs.get('reason', '?')
             if done: say(f'SAVE {self.position()["global_step"]} {reason}')
             return done
+
+    if a.worker_start_seconds is not None:
+        import ddpsafe.preempt; ddpsafe.preempt.WORKER_START_SECONDS = a.worker_start_seconds
+    if a.hang_first_fork == r:
+        hung = [False]
+        def stuck_child():
+            if not hung[0]:
+                hung[0] = True; say('HANG in a forked worker'); time.sleep(3600)
+        os.register_at_fork(after_in_child=stuck_child)   # every later child inherits hung=[True]: the parent's copy is set in before_fork
+        os.register_at_fork(after_in_parent=lambda: hung.__setitem__(0, True))
 
     cb = Markers(every_steps=a.every_steps, every_epoch=None, keep=3)
     code = 0
