@@ -62,10 +62,11 @@ def at_fit_end(learn:Learner, close):
 # %% ../nbs/04_callbacks.ipynb #d05f3c17
 @patch
 def fit(self:Learner, n_epoch, lr=None, wd=None, cbs=None, reset_opt=False, start_epoch=0):
-    "fastai's `fit`, marking its span for `fitting` and `at_fit_end`"
+    "fastai's `fit`, marking its span for `fitting`, `at_fit_end` and the heartbeat's `watching_progress`"
     if fitting(self): return fastai_stock['Learner.fit'](self, n_epoch, lr=lr, wd=wd, cbs=cbs, reset_opt=reset_opt, start_epoch=start_epoch)
     _fits[self] = []
-    try: return fastai_stock['Learner.fit'](self, n_epoch, lr=lr, wd=wd, cbs=cbs, reset_opt=reset_opt, start_epoch=start_epoch)
+    try:
+        with watching_progress(): return fastai_stock['Learner.fit'](self, n_epoch, lr=lr, wd=wd, cbs=cbs, reset_opt=reset_opt, start_epoch=start_epoch)
     finally:
         for close in _fits.pop(self, []): close()
 

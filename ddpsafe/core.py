@@ -12,9 +12,10 @@ from contextlib import contextmanager, suppress
 import torch, torch.distributed as dist
 
 # %% auto #0
-__all__ = ['live', 'rank', 'world', 'is_main', 'coordinating', 'ddp_timeout', 'DistTimeout', 'CheckpointMismatch',
-           'start_heartbeat', 'stop_heartbeat', 'silent_ranks', 'error_line', 'report_failure', 'failed_ranks',
-           'forget_failure', 'peer_failure', 'name_failure', 'bound_process_group', 'side_group', 'using_side_group',
+__all__ = ['STUCK_EXIT_CODE', 'live', 'rank', 'world', 'is_main', 'coordinating', 'ddp_timeout', 'DistTimeout',
+           'CheckpointMismatch', 'start_heartbeat', 'stop_heartbeat', 'silent_ranks', 'error_line', 'report_failure',
+           'failed_ranks', 'forget_failure', 'count_batch', 'watching_progress', 'where_waiting', 'behind_ranks',
+           'peer_failure', 'name_failure', 'bound_process_group', 'side_group', 'using_side_group',
            'release_side_group', 'broadcast_bytes', 'RemoteTraceback', 'on_main', 'agree', 'any_rank', 'all_ranks',
            'barrier']
 
@@ -73,7 +74,7 @@ def _end_beat(stop:threading.Event, thread:threading.Thread, every:float):
     if _beat.get('thread') is thread: _beat.clear()
 
 def start_heartbeat(every:float=2.): # Seconds between two beats
-    "Beat this rank's clock into the store"
+    "Beat this rank's clock, and where it waits, into the store"
     pg = dist.group.WORLD if coordinating() else None
     if pg is None or (_beat and _beat['pg']() is pg): return
     stop_heartbeat()
@@ -81,11 +82,14 @@ def start_heartbeat(every:float=2.): # Seconds between two beats
     try: writer, reader = store.clone(), store.clone()   # connections of our own: a blocked call of the user's can't hold them
     except Exception: return                             # a store without `clone`: no heartbeat, errors name no rank
     for s in (writer, reader): s.set_timeout(timedelta(seconds=2*every))
-    stop, key = threading.Event(), _beat_key(rank())
+    stop, key, doing_key = threading.Event(), _beat_key(rank()), _doing_key(rank())
     def beat():
         while True:
-            try: writer.set(key, repr(time.time()))
+            try:
+                writer.set(key, repr(time.time()))
+                writer.set(doing_key, json.dumps(doing := _doing(every)))   # where it waits, once its batches stand still
             except Exception: return                     # the store is gone, and the group with it
+            if doing and doing['alone'] and doing['waited'] > ddp_timeout(): _end_stuck(writer, doing)
             if stop.wait(every): return
     t = threading.Thread(target=beat, name='ddpsafe-heartbeat', daemon=True)
     # the beat ends with the group: torch's `destroy_process_group` frees it, whoever calls it
@@ -144,11 +148,11 @@ def report_failure(e:BaseException): # This rank's own error
     try:
         store = dist.distributed_c10d._get_default_store().clone()
         store.set_timeout(timedelta(seconds=2))
-        store.set(_fail_key(rank()), error_line(e)[:1000])
+        store.set(_fail_key(rank()), f'failed with {error_line(e)[:1000]}')
     except Exception: pass                               # no store to tell: the others fall back to the heartbeats
 
 def failed_ranks() -> dict:
-    "Other ranks that reported a failure: {rank: their error's line}"
+    "Other ranks that reported a failure: {rank: what happened, e.g. 'failed with ValueError: ...'}"
     if not _beat: return {}
     store, keys = _beat['reader'], {r: _fail_key(r) for r in range(world()) if r != rank()}
     try: return _within(lambda: {r: store.get(k).decode() for r,k in keys.items() if store.check([k])}, 2*_beat['every'])
@@ -159,6 +163,82 @@ def forget_failure():
     if not _beat: return
     with suppress(Exception): _beat['reader'].delete_key(_fail_key(rank()))
 
+# %% ../nbs/00_core.ipynb #94ba768d
+import sys, json, faulthandler, multiprocessing
+
+STUCK_EXIT_CODE = 1   # a rank that waited on itself past `DDPSAFE_TIMEOUT` exits with this, as a failed one does
+_progress = dict(batches=0, fits=0, since=0., seen=None, still=0.)   # batches drawn from torch's loaders; fits under way, since when; the last count seen, since when
+
+def count_batch():
+    "One more batch drawn (torch's DataLoader iterators call this)"
+    _progress['batches'] += 1
+
+@contextmanager
+def watching_progress():
+    "Inside the block (a fit), a rank whose batches stand still while it waits on itself is named, and ends"
+    if not _progress['fits']: _progress['since'] = time.time()
+    _progress['fits'] += 1
+    try: yield
+    finally: _progress['fits'] -= 1
+
+_COLLECTIVE_FILES = ('torch/distributed/', 'torch/nn/parallel/')
+_COLLECTIVE_CALLS = {'broadcast_bytes', 'any_rank', 'all_ranks', 'barrier', 'poll', 'last_round'}   # ddpsafe's own
+
+def _awaited_worker(it) -> str:
+    "' (worker pid P has not answered)' for the worker whose batch iterator `it` waits for"
+    try:
+        info = it._task_info.get(it._rcvd_idx)
+        if info is not None and len(info) == 1: return f' (worker pid {it._workers[info[0]].pid} has not answered)'
+    except Exception: pass
+    return ''
+
+def where_waiting(frame) -> tuple:   # A thread's innermost frame
+    "(where the thread waits, in words; does it wait on this rank alone?)"
+    fs = []
+    while frame is not None: fs.append((frame, frame.f_code.co_filename.replace('\\', '/'), frame.f_code.co_name)); frame = frame.f_back
+    step = next((f', at step {s}' for f,_,n in fs if n in ('one_batch', 'all_batches') and isinstance(s := getattr(f.f_locals.get('self'), 'train_iter', None), int)), '')
+    if any(any(c in fn for c in _COLLECTIVE_FILES) or ('/ddpsafe/' in fn and n in _COLLECTIVE_CALLS) or ('torch/autograd' in fn and n == 'backward')
+           for _,fn,n in fs): return f'in a collective{step}', False
+    for f,fn,n in fs:
+        if fn.endswith('torch/utils/data/dataloader.py') and n == '_next_data': return f'for its DataLoader{_awaited_worker(f.f_locals.get("self"))}{step}', True
+    for f,fn,n in fs:
+        if '/ddpsafe/' in fn and n == 'save': return f'in a checkpoint save{step}', True
+    for f,fn,n in fs:
+        if n.startswith(('before_', 'after_')) and hasattr(type(f.f_locals.get('self')), 'order'):
+            return f'in callback {type(f.f_locals["self"]).__name__}.{n} ({fn.rsplit("/", 1)[-1]}:{f.f_lineno}){step}', True
+    f,fn,n = fs[0]
+    return f'in {n} ({fn.rsplit("/", 1)[-1]}:{f.f_lineno}){step}', True
+
+def _doing(every:float) -> dict|None:
+    "What the main thread waits for, once its batches have stood still for two beats of a fit"
+    now = time.time()
+    if _progress.get('seen') != _progress['batches']: _progress['seen'], _progress['still'] = _progress['batches'], now
+    waited = now - max(_progress['still'], _progress['since'])
+    if not _progress['fits'] or waited < 2*every: return None
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    what, alone = where_waiting(frame) if frame is not None else ('in an unknown place', False)
+    return dict(what=what, alone=alone, waited=round(waited, 1))
+
+def _end_stuck(store, doing:dict):
+    "This rank waited on itself past `DDPSAFE_TIMEOUT`: say so in the store and the log, with its stacks, and exit"
+    line = f"has waited {doing['waited']:.0f}s {doing['what']}"
+    with suppress(Exception): store.set(_fail_key(rank()), line)
+    err = sys.__stderr__
+    err.write(f'\nddpsafe: rank {rank()} {line}, past DDPSAFE_TIMEOUT={ddp_timeout():g}s. Its Python stacks, then exit {STUCK_EXIT_CODE}:\n'); err.flush()
+    faulthandler.dump_traceback(file=err, all_threads=True); err.flush()
+    for p in multiprocessing.active_children(): p.kill()   # its DataLoader workers, which may be what it waits for
+    os._exit(STUCK_EXIT_CODE)
+
+def _doing_key(r:int) -> str: return f'ddpsafe/doing/{r}'
+
+def behind_ranks() -> dict:
+    "Other ranks that wait on themselves, as their heartbeats say: {rank: 'has waited 21s for its DataLoader ...'}"
+    if not _beat: return {}
+    store, keys = _beat['reader'], {r: _doing_key(r) for r in range(world()) if r != rank()}
+    try: doing = _within(lambda: {r: json.loads(store.get(k)) for r,k in keys.items() if store.check([k])}, 2*_beat['every'])
+    except Exception: return {}
+    return {r: f"has waited {d['waited']:.0f}s {d['what']}" for r,d in doing.items() if d and d['alone']}
+
 # %% ../nbs/00_core.ipynb #b7e10a06
 _UNREACHABLE = re.compile(r'[Tt]imed? ?out|[Cc]losed|reset by peer|[Bb]roken pipe|refused')
 
@@ -166,11 +246,11 @@ def peer_failure(e:BaseException,         # What a collective raised
                  what:str='a collective', # What was waiting, for the message
                  src:int|None=None        # The rank expected to send, if one
                 ) -> BaseException:
-    "`e`, or a `DistTimeout` naming the ranks that failed or went silent"
+    "`e`, or a `DistTimeout` naming the ranks that failed, wait on themselves, or went silent"
     if isinstance(e, DistTimeout) or not isinstance(e, RuntimeError) or not _UNREACHABLE.search(str(e)): return e
-    failed = failed_ranks()
+    failed = failed_ranks() or behind_ranks()
     silent = {} if failed else silent_ranks()
-    if failed: missing, why = sorted(failed), '; '.join(f'rank {r} failed with {m}' for r,m in sorted(failed.items()))
+    if failed: missing, why = sorted(failed), '; '.join(f'rank {r} {m}' for r,m in sorted(failed.items()))
     elif silent is None:
         if os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True': missing, why = None, "the launcher's store does not answer either"
         else: missing, why = [0], 'rank 0 stopped answering: the process group store it hosts does not answer either'

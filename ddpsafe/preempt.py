@@ -10,7 +10,7 @@ import os, sys, time, signal, threading, warnings
 from contextlib import contextmanager
 from pathlib import Path
 import torch, torch.distributed as dist
-from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter, _BaseDataLoaderIter
 from .core import *
 from .commit import is_url, as_path
 
@@ -227,12 +227,23 @@ def _start_method(loader) -> str:
     ctx = getattr(loader, 'multiprocessing_context', None) or torch.multiprocessing
     return ctx.get_start_method() if hasattr(ctx, 'get_start_method') else str(ctx)
 
+_said_prone = False
+
+def _say_prone():
+    "Say once, on rank 0, that this Python's forked workers can deadlock, and what ddpsafe does about it"
+    global _said_prone
+    _said_prone = True
+    if is_main(): print(f'ddpsafe: Python {sys.version.split()[0]} can deadlock a DataLoader worker as it is forked beside gloo\'s threads '
+                        f'(CPython gh-112275, fixed in 3.12 and in 3.8-3.11 from September 2024); a worker that has not started '
+                        f'within {WORKER_START_SECONDS:g}s is killed and started again with the same seeds')
+
 def _start_workers(self, loader, *args, **kwargs):
     "torch's worker start, with the stop signals blocked; forked workers that never reach their loop are started again"
     sigs, forked = stop_signals(), _start_method(loader) == 'fork' and sys.platform.startswith('linux')
     if sigs and not forked: resource_tracker.ensure_running()   # its first start unblocks SIGTERM
     if sigs: _blocked_iters.add(self)                           # `stop_workers` ends them at exit
     drawn = _rng_states(loader) if forked else None
+    if forked and not _said_prone and fork_deadlock_prone() and coordinating(): _say_prone()
     for attempt in range(1, WORKER_START_TRIES+1):
         with signals_blocked(sigs): _stock_start_workers(self, loader, *args, **kwargs)
         if not forked or not (stuck := stuck_workers(self)): return
@@ -243,5 +254,14 @@ def _start_workers(self, loader, *args, **kwargs):
         warnings.warn(f'ddpsafe: rank {rank()}: {what}: stuck in the interpreter after fork (CPython gh-112275: 3.8-3.11 before '
                       f'their September 2024 releases; this is {sys.version.split()[0]}); killed, and started again with the same seeds')
 
+_stock_next = _BaseDataLoaderIter.__dict__.get('_ddpsafe_stock_next', _BaseDataLoaderIter.__next__)
+
+def _next_batch(self):
+    "torch's next batch, counted for the heartbeat (`count_batch`)"
+    b = _stock_next(self)
+    count_batch()
+    return b
+
 _MultiProcessingDataLoaderIter._ddpsafe_stock_init = _stock_start_workers
 _MultiProcessingDataLoaderIter.__init__ = _start_workers
+_BaseDataLoaderIter._ddpsafe_stock_next, _BaseDataLoaderIter.__next__ = _stock_next, _next_batch

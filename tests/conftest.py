@@ -10,7 +10,7 @@ its short count:
 
 `DDPSAFE_RACE_REPORT=path` appends one JSON line per race to `path`."""
 from __future__ import annotations
-import os, sys, json, time, shutil, tempfile, subprocess, importlib.util
+import os, sys, json, time, shutil, signal, tempfile, subprocess, importlib.util
 from pathlib import Path
 import pytest
 
@@ -139,3 +139,42 @@ def stopwatch():
     "Seconds since the test started, as a function"
     t0 = time.monotonic()
     return lambda: round(time.monotonic() - t0, 2)
+
+# ---- jobs of tests/scripts/failing_train.py (test_failures.py, test_hangs.py)
+
+def _alive(pid:int) -> bool:
+    "Is `pid` in the process table, and not a zombie?"
+    try: return Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0] != 'Z'
+    except (FileNotFoundError, ProcessLookupError): return False
+
+def run_job(run:Path, *args, ranks:int=1, env:dict|None=None, limit:float=90) -> tuple:
+    """`tests/scripts/failing_train.py RUN *args`, in one process or under torchrun on `ranks` ranks, with the default
+    `DDPSAFE_TIMEOUT` unless `env` sets it: (exit code, seconds, output, pids left alive). A job still running after `limit`
+    seconds is killed, and the test fails naming the ranks and DataLoader workers still alive"""
+    script, torchrun = Path(__file__).parent/'scripts'/'failing_train.py', Path(sys.executable).parent/'torchrun'
+    cmd = ([str(torchrun), '--nproc_per_node', str(ranks)] if ranks > 1 else [sys.executable]) + [str(script), str(run), *map(str, args)]
+    env = {**{k: v for k, v in os.environ.items() if k != 'DDPSAFE_TIMEOUT'}, **(env or {})}   # by default, 30 minutes
+    t0 = time.monotonic()
+    with open(run.parent/f'{run.name}.out', 'w') as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env={**env, 'OMP_NUM_THREADS': '1'})
+        try: code = proc.wait(limit)
+        except subprocess.TimeoutExpired: code = None
+    secs, output = time.monotonic() - t0, (run.parent/f'{run.name}.out').read_text()
+    left = left_behind(run)
+    if code is None:
+        kill_all(run, proc)
+        pytest.fail(f'the job did not end within {limit:g}s; still alive: {left}\n{output[-4000:]}')
+    print(f'{run.name}: exit {code} after {secs:.1f}s')
+    return code, secs, output, left
+
+def left_behind(run:Path) -> list:
+    "The ranks and DataLoader workers of the job still alive, as 'pid (rank r)'"
+    return [f"{p.name} ({p.read_text()})" for p in sorted((run/'pids').glob('*')) if _alive(int(p.name))]
+
+def kill_all(run:Path, proc):
+    for p in (run/'pids').glob('*'):
+        try: os.kill(int(p.name), signal.SIGKILL)
+        except ProcessLookupError: pass
+    try: os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError: pass
+    proc.wait()

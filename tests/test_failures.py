@@ -2,53 +2,14 @@
 
 Each case runs `tests/scripts/failing_train.py` as a user runs a script: in one process, or on 2 CPU ranks under the
 real `torchrun`, with fastai's or torch's DataLoader and 2 worker processes per rank, `CheckpointCallback` attached (so
-the workers start with the stop signals blocked). The checks: the job ends (a run still going after `LIMIT` seconds is
-killed and fails the test, naming the ranks and workers still alive), the output names the error (on rank 0 under DDP:
+the workers start with the stop signals blocked). The checks: the job ends (a run still going after 90 seconds is
+killed and fails the test, naming the ranks and workers still alive: `conftest.run_job`), the output names the error (on rank 0 under DDP:
 the failing rank and its error's type and message), and no rank or DataLoader worker process is left in the process table.
 Before the fix a worker error never ended: the interpreter's exit waited for workers that could not receive `SIGTERM`."""
 from __future__ import annotations
-import os, sys, time, signal, subprocess
-from pathlib import Path
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT/'tests'/'scripts'/'failing_train.py'
-TORCHRUN = Path(sys.executable).parent/'torchrun'
-LIMIT = 90   # seconds: far past the job's own end (15 s here), far short of the default DDPSAFE_TIMEOUT of 30 minutes
-
-def _alive(pid:int) -> bool:
-    "Is `pid` in the process table, and not a zombie?"
-    try: return Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0] != 'Z'
-    except (FileNotFoundError, ProcessLookupError): return False
-
-def run_job(run:Path, *args, ranks:int=1) -> tuple:
-    "Run the script (under torchrun for `ranks`>1): (exit code, seconds, output); fails naming what is alive past `LIMIT`"
-    cmd = ([str(TORCHRUN), '--nproc_per_node', str(ranks)] if ranks > 1 else [sys.executable]) + [str(SCRIPT), str(run), *args]
-    env = {k: v for k, v in os.environ.items() if k != 'DDPSAFE_TIMEOUT'}   # the default timeout: 30 minutes
-    t0 = time.monotonic()
-    with open(run.parent/f'{run.name}.out', 'w') as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env={**env, 'OMP_NUM_THREADS': '1'})
-        try: code = proc.wait(LIMIT)
-        except subprocess.TimeoutExpired: code = None
-    secs, output = time.monotonic() - t0, (run.parent/f'{run.name}.out').read_text()
-    left = left_behind(run)
-    if code is None:
-        kill_all(run, proc)
-        pytest.fail(f'the job did not end within {LIMIT}s; still alive: {left}\n{output[-4000:]}')
-    print(f'{run.name}: exit {code} after {secs:.1f}s')
-    return code, secs, output, left
-
-def left_behind(run:Path) -> list:
-    "The ranks and DataLoader workers of the job still alive, as 'pid (rank r)'"
-    return [f"{p.name} ({p.read_text()})" for p in sorted((run/'pids').glob('*')) if _alive(int(p.name))]
-
-def kill_all(run:Path, proc):
-    for p in (run/'pids').glob('*'):
-        try: os.kill(int(p.name), signal.SIGKILL)
-        except ProcessLookupError: pass
-    try: os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError: pass
-    proc.wait()
+from conftest import run_job
 
 def check_ended(code, output, left, *expected):
     assert code not in (0, None), output[-4000:]

@@ -1,4 +1,5 @@
-"""No hang without a name (issue 31): a DataLoader worker stuck before its loop is started again with the same seeds.
+"""No hang without a name (issue 31): a DataLoader worker stuck before its loop is started again with the same seeds, and
+a rank that waits on itself (its DataLoader, a lock in a callback) is named on rank 0 and exits by itself.
 
 CPython 3.8-3.11 before their September 2024 releases (this machine's 3.11.7 among them) can deadlock a forked child in
 its after-fork step while gloo's work thread holds the interpreter's thread-list lock (gh-112275). The stand-in here is
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os, sys, json, subprocess
 from pathlib import Path
 import pytest, torch
+from conftest import run_job
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT, TORCHRUN = ROOT/'tests'/'scripts'/'launcher_train.py', Path(sys.executable).parent/'torchrun'
@@ -39,3 +41,40 @@ def test_stuck_worker_started_again(tmp_path):
     for r in (0, 1):
         a, b = torch.load(tmp_path/f'plain/w.rank{r}'), torch.load(tmp_path/f'stuck/w.rank{r}')
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f'rank {r}: weights differ from the plain run'
+
+# ---------------------------------------------------------------------------------------------------------------
+# A rank that waits on itself is named, writes its stacks and exits by itself (tests/scripts/failing_train.py)
+
+STUCK = {'DDPSAFE_TIMEOUT': '20'}
+
+def check_named(code, out, left, *expected):
+    "The job failed, rank 0 named rank 1 and where it waits, rank 1 wrote its stacks and exited by itself, nothing is left"
+    assert code not in (0, None), out[-4000:]
+    for e in ('training failed on rank 0: rank 1 has waited', 'ddpsafe: rank 1 has waited', 'Its Python stacks, then exit 1',
+              'most recent call first', *expected):
+        assert e in out, f'{e!r} not in the output:\n{out[-5000:]}'
+    assert 'SIGKILL' not in out and 'exitcode  : -9' not in out, out[-3000:]
+    assert left == [], f'processes left behind: {left}'
+
+def same_weights(a:Path, b:Path):
+    for r in (0, 1):
+        x, y = torch.load(f'{a}.rank{r}'), torch.load(f'{b}.rank{r}')
+        assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x), f'rank {r}: the weights differ'
+
+def test_item_that_never_comes(tmp_path):
+    "A dataset item blocks forever on rank 1 in epoch 1: named within DDPSAFE_TIMEOUT plus seconds; the rerun resumes exactly"
+    code, secs, out, left = run_job(tmp_path/'run', 'block', ranks=2, env=STUCK)
+    check_named(code, out, left, 'for its DataLoader (worker pid ', 'has not answered), at step ')
+    assert secs < 60, f'{secs:.0f}s'   # DDPSAFE_TIMEOUT=20 plus start-up and one beat: 35 s here; the default would be 30 minutes
+    v = subprocess.run([str(Path(sys.executable).parent/'ddpsafe-verify'), str(tmp_path/'run'/'checkpoints')], capture_output=True, text=True)
+    assert v.returncode == 0, v.stdout + v.stderr
+    code, _, out, _ = run_job(tmp_path/'run', 'none', '--out', tmp_path/'resumed', ranks=2)
+    assert code == 0 and 'ddpsafe: resumed from ' in out, out[-3000:]
+    code, _, out, _ = run_job(tmp_path/'plain', 'none', '--out', tmp_path/'plain-w', ranks=2)
+    assert code == 0, out[-3000:]
+    same_weights(tmp_path/'resumed', tmp_path/'plain-w')
+
+def test_callback_waiting_on_a_lock(tmp_path):
+    "Rank 1's main thread blocks on a lock in a callback at step 9: named the same way"
+    code, secs, out, left = run_job(tmp_path/'run', 'lock', ranks=2, env=STUCK)
+    check_named(code, out, left, 'in callback Boom.after_batch (failing_train.py:', 'at step 9')

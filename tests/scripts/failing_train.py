@@ -6,6 +6,8 @@
 MODE `worker`: in epoch 1 the 5th item a DataLoader worker of rank R loads raises `ValueError('corrupt sample I')`.
 MODE `lm`: fastai's language model (`language_model_learner`, AWD_LSTM) on 200 generated texts: fastai's LM DataLoader,
 split across ranks, fails in `fa_collate` on one rank (a known stock fastai failure under DDP).
+MODE `block`: in epoch 1 the 5th item a worker of rank R loads never comes back (it sleeps); MODE `lock`: a user callback
+on rank R waits at step 9 for a lock nobody releases. MODE `none`: no fault (the reference run; `--out` keeps the weights).
 MODE `callback`: a user callback raises `ValueError('bad callback at step 9')` on rank R right after the checkpoint of
 step 8 was handed to the background writer (`async_save=True`; the write is slowed by 2 s so that it is in flight).
 Every process that touches the data (ranks and their workers) writes its pid to `RUN/pids/`; each rank prints
@@ -15,8 +17,9 @@ import os, sys, time, argparse
 from pathlib import Path
 
 def main():
-    p = argparse.ArgumentParser(); p.add_argument('run'); p.add_argument('mode', choices=['worker', 'callback', 'lm'])
+    p = argparse.ArgumentParser(); p.add_argument('run'); p.add_argument('mode', choices=['none', 'worker', 'block', 'lock', 'callback', 'lm'])
     p.add_argument('--loader', choices=['fastai', 'torch'], default='fastai'); p.add_argument('--fail-rank', type=int, default=1)
+    p.add_argument('--out', default=None, help="write a finished run's weights to OUT.rank{r}")
     a = p.parse_args()
     r, run = int(os.environ.get('RANK', 0)), Path(a.run)
     (run/'pids').mkdir(parents=True, exist_ok=True)
@@ -39,10 +42,14 @@ def main():
         def __getitem__(self, i):
             if self.seen == 0: (run/'pids'/f'{os.getpid()}').write_text(f'rank {r}')
             self.seen += 1
-            if a.mode == 'worker' and self.epoch == 1 and r == a.fail_rank and self.seen == 5: raise ValueError(f'corrupt sample {i}')
+            if self.epoch == 1 and r == a.fail_rank and self.seen == 5:
+                if a.mode == 'worker': raise ValueError(f'corrupt sample {i}')
+                if a.mode == 'block': time.sleep(3600)
             x = torch.randn(4, generator=torch.Generator().manual_seed(i))
             return x, (x @ torch.tensor([1., 2., 3., 4.]))[None]
 
+    from fastai.torch_core import set_seed
+    set_seed(0)
     train, valid = Items(96), Items(32)
     if a.loader == 'torch':
         dls = DataLoaders(torch.utils.data.DataLoader(train, batch_size=8, shuffle=True, num_workers=2),
@@ -56,7 +63,8 @@ def main():
         "A user's callback with a bug on rank R at step 9"
         order = 70
         def after_batch(self):
-            if a.mode == 'callback' and self.training and r == a.fail_rank and self.train_iter == 9:
+            if a.mode in ('callback', 'lock') and self.training and r == a.fail_rank and self.train_iter == 9:
+                if a.mode == 'lock': import threading; lock = threading.Lock(); lock.acquire(); lock.acquire()
                 raise ValueError('bad callback at step 9')
     class SlowWrites(CheckpointCallback):
         "Its background writes take 2 s longer"
@@ -70,6 +78,7 @@ def main():
     if int(os.environ.get('WORLD_SIZE', 1)) > 1:
         with learn.distrib_ctx(): learn.fit(4, cbs=ckpt)
     else: learn.fit(4, cbs=ckpt)
+    if a.out: torch.save({k: v.detach().clone() for k, v in learn.model.state_dict().items()}, f'{a.out}.rank{r}')
     print(f'RESULT rank {r} finished', flush=True)
 
 def language_model(run:Path):
