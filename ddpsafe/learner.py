@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/learner.html.md"""
 
 # %% ../nbs/03_learner.ipynb #6c642447
 from __future__ import annotations
-import io, os, sys, pickle, warnings
+import io, os, sys, pickle, pickletools, warnings, zipfile
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -27,7 +27,8 @@ from .io import *
 
 # %% auto #0
 __all__ = ['fastai_stock', 'when_imported', 'start_process_group', 'patch_distributed', 'fastai_safe_globals', 'save_model',
-           'load_model', 'load_learner', 'patch_text_learner', 'load_dls']
+           'load_model', 'pickled_modules', 'from_ddpsafe', 'ddpsafe_parts', 'without_ddpsafe', 'load_learner',
+           'patch_text_learner', 'load_dls']
 
 # %% ../nbs/03_learner.ipynb #8d1594d8
 fastai_stock = fastai.learner.__dict__.setdefault('_ddpsafe_stock', dict(
@@ -186,16 +187,53 @@ def load(self:Learner, file, device=None, **kwargs):
     load_model(file, self.model, self.opt, device=device, **kwargs)
     return self
 
+# %% ../nbs/03_learner.ipynb #c5d274eb
+def _pickle_of(fname) -> bytes:
+    "The pickle in `fname`, a file `torch.save` wrote (its tensors are beside it)"
+    with zipfile.ZipFile(fname) as z: return z.read(next(n for n in z.namelist() if n.endswith('/data.pkl')))
+
+def pickled_modules(fname) -> set:
+    "The modules that loading `fname`, a file `torch.save` wrote, imports (the file is read, never unpickled)"
+    mods, memo, pushed = set(), {}, []     # `pushed`: each value pushed, the strings only (protocol 4 names classes by two)
+    for op, arg, _ in pickletools.genops(_pickle_of(fname)):
+        if op.name == 'GLOBAL': mods.add(arg.split(' ')[0])
+        elif op.name == 'STACK_GLOBAL': mods.add(pushed[-2])
+        elif op.name == 'MEMOIZE': memo[len(memo)] = pushed[-1]
+        elif op.name in ('PUT', 'BINPUT', 'LONG_BINPUT'): memo[arg] = pushed[-1]
+        elif op.name in ('GET', 'BINGET', 'LONG_BINGET'): pushed.append(memo.get(arg))
+        else: pushed.append(arg if 'UNICODE' in op.name else None)
+    return mods
+
+# %% ../nbs/03_learner.ipynb #75179974
+def from_ddpsafe(o) -> bool:
+    "Is `o` an instance of a class of ddpsafe's, or of a subclass of one?"
+    return any((getattr(c, '__module__', None) or '').split('.')[0] == 'ddpsafe' for c in type(o).__mro__)
+
+def ddpsafe_parts(learn:Learner) -> tuple:
+    "ddpsafe's callbacks on `learn`, and its attributes whose values are ddpsafe's (by name)"
+    return [cb for cb in learn.cbs if from_ddpsafe(cb)], {k:v for k,v in vars(learn).items() if from_ddpsafe(v)}
+
+@contextmanager
+def without_ddpsafe(learn:Learner):
+    "`learn` without ddpsafe's callbacks and attributes inside the block; the same objects, in the same order, after it"
+    _, attrs = ddpsafe_parts(learn)
+    cbs, learn.cbs = learn.cbs, learn.cbs.filter(lambda cb: not from_ddpsafe(cb))
+    for k in attrs: del vars(learn)[k]
+    try: yield learn
+    finally:
+        learn.cbs = cbs
+        vars(learn).update(attrs)
+
 # %% ../nbs/03_learner.ipynb #56406b3d
 @patch
 def export(self:Learner, fname='export.pkl', pickle_module=cloudpickle, pickle_protocol=2):
-    "Export `self` for inference, atomically on rank 0"
+    "Export `self` for inference, atomically on rank 0, without ddpsafe's callbacks: the file needs fastai, not ddpsafe"
     def write(tmp):
         self._end_cleanup()
         old_dls, state = self.dls, (self.opt.state_dict() if self.opt is not None else None)
         self.dls, self.opt = self.dls.new_empty(), None
         try:
-            with warnings.catch_warnings():
+            with without_ddpsafe(self), warnings.catch_warnings():
                 warnings.simplefilter('ignore')
                 torch.save(self, tmp, pickle_module=pickle_module, pickle_protocol=pickle_protocol)
         finally:

@@ -14,7 +14,7 @@ from .core import _portable
 
 # %% auto #0
 __all__ = ['RanksFailed', 'free_port', 'rank_env', 'WaitTimeout', 'wait_until', 'run_ranks', 'RankProcs', 'launch_ranks',
-           'run_script', 'synth_dls', 'synth_learner', 'S3TestServer']
+           'run_script', 'synth_dls', 'synth_learner', 'run_without', 'S3TestServer']
 
 # %% ../nbs/01_testing.ipynb #aa8189b8
 class RanksFailed(RuntimeError):
@@ -238,6 +238,27 @@ def synth_learner(n:int=64, bs:int=8, seed:int=0, path='.', lr:float=1e-2, **kwa
     from fastai.torch_core import set_seed
     set_seed(seed)
     return Learner(synth_dls(n, bs, seed, path), torch.nn.Linear(4, 1), loss_func=MSELossFlat(), lr=lr, path=path, **kwargs)
+
+# %% ../nbs/01_testing.ipynb #b06c2c27
+_BLOCKER = """
+import sys, importlib.abc
+class _NotInstalled(importlib.abc.MetaPathFinder):
+    "Refuse {name!r} and its submodules, as where it is not installed"
+    def find_spec(self, fullname, path, target=None):
+        if fullname == {name!r} or fullname.startswith({name!r} + '.'):
+            raise ModuleNotFoundError(f"No module named {{fullname!r}}", name=fullname)
+sys.meta_path.insert(0, _NotInstalled())
+del _NotInstalled
+"""
+
+def run_without(code:str,              # Python source to run
+                package:str='ddpsafe', # The package that cannot be imported there
+                cwd=None,              # The folder it runs in
+                timeout:float=240      # Seconds before it is killed
+               ) -> subprocess.CompletedProcess:
+    "Run `code` in a fresh isolated Python where `package` cannot be imported; its exit code and output"
+    return subprocess.run([sys.executable, '-I', '-c', _BLOCKER.format(name=package) + code],
+                          cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 # %% ../nbs/01_testing.ipynb #1762115e
 def _twin_free(p:int) -> bool:
