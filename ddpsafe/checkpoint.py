@@ -43,10 +43,10 @@ __all__ = ['step_lock', 'model_weights', 'load_weights', 'rng_state', 'set_rng_s
            'unknown_order', 'loader_kind', 'loader_name', 'loader_state', 'set_loader_state', 'model_signature',
            'optimizer_signature', 'fit_method', 'fit_signature', 'setup_signature', 'setup_changes', 'ModelState',
            'OptimizerState', 'RecorderState', 'TrackerState', 'LoaderState', 'RNGState', 'loader_note',
-           'training_parts', 'checkpoint_files', 'best_checkpoint', 'choose_checkpoint', 'read_checkpoint_file',
-           'check_setup', 'resume_message', 'position_in', 'world_change_message', 'shard_state', 'write_in_shards',
-           'ranks_not_seeing', 'in_shards', 'check_shards_seen', 'load_weight_shards', 'load_optimizer_shards',
-           'claim_checkpoints', 'upload_checkpoint', 'Uploader', 'CheckpointCallback']
+           'stop_persistent_workers', 'training_parts', 'checkpoint_files', 'best_checkpoint', 'choose_checkpoint',
+           'read_checkpoint_file', 'check_setup', 'resume_message', 'position_in', 'world_change_message',
+           'shard_state', 'write_in_shards', 'ranks_not_seeing', 'in_shards', 'check_shards_seen', 'load_weight_shards',
+           'load_optimizer_shards', 'claim_checkpoints', 'upload_checkpoint', 'Uploader', 'CheckpointCallback']
 
 # %% ../nbs/08_checkpoint.ipynb #9f2b6736
 _locks = fastai.learner.__dict__.setdefault('_ddpsafe_step_locks', weakref.WeakKeyDictionary())   # one per process, however often this runs
@@ -399,6 +399,14 @@ def loader_note(dl) -> str|None:
             "numpy's or Python's global generators (restored as the epoch began) or is fixed. For an exact resume, give it state_dict() and "
             "load_state_dict(), as torchdata's StatefulDataLoader has")
 
+# %% ../nbs/08_checkpoint.ipynb #a1b2c313
+def stop_persistent_workers(dl):
+    "End the workers that torch `DataLoader` `dl` keeps between epochs (`persistent_workers=True`)"
+    dl = _base_dl(dl)
+    it = getattr(dl, '_iterator', None) if isinstance(dl, tud.DataLoader) else None
+    if isinstance(it, tud.dataloader._MultiProcessingDataLoaderIter):
+        it._shutdown_workers(); dl._iterator = None
+
 # %% ../nbs/08_checkpoint.ipynb #9de53321
 def training_parts(learn:Learner) -> dict:
     "Every part of the state a checkpoint holds"
@@ -745,6 +753,7 @@ class CheckpointCallback(Callback):
         self.local_root = prepare_dir(Path(self.learn.path)/self.local) if self.local else None
         if self.local_root is not None and not is_url(self.root) and self.local_root.resolve() == self.root.resolve():
             raise ValueError(f'{self.local_root}: `local` and `path` are the same folder; `local` is a second, faster one')
+        self.fit_dls = self.learn.dls
         at_fit_end(self.learn, self._close)
         self.claim = claim_checkpoints(self.local_root or self.root)
         self.far_claim = claim_checkpoints(self.root) if self.local else None    # `path` too: its owner, or a probe that it can be written
@@ -791,6 +800,7 @@ class CheckpointCallback(Callback):
         if self.uploader is not None: self.uploader.close()  # after an error: the upload in flight ends in the background
         for c in (self.claim, self.far_claim):
             if c is not None: c.release()                    # rank 0's; the other ranks hold inactive copies
+        for dl in self.fit_dls.loaders: stop_persistent_workers(dl)   # `self.learn` is gone: fastai removed this callback
         self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.far_claim = self.uploader = None
 
     # ---- when to save

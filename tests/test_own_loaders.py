@@ -12,6 +12,9 @@ the end. The final weights must equal the uninterrupted run's, bit for bit, on e
 - torch's `DataLoader(shuffle=True)` under `torchrun --nproc_per_node 2`, where fastai's `distrib_ctx` turns it into a
   `DistributedDL` over a fastai `DataLoader`.
 
+And: a run with torch's `DataLoader(persistent_workers=True)` exits (its workers ignore the stop signals), and a
+`StatefulDataLoader`'s mid-epoch state goes through a `weights_only=True` load.
+
     python -m pytest tests/test_own_loaders.py -s        # about 60 s on 2 cores"""
 from __future__ import annotations
 import io, os, sys, signal
@@ -82,6 +85,11 @@ def test_unknown_iterable(tools, tmp_path):
 def test_torch_dataloader_two_ranks(tools, tmp_path):
     "torch's `DataLoader(shuffle=True)` under `torchrun` on 2 ranks: fastai's `DistributedDL` path"
     for l in stop_and_resume(tools, tmp_path, 'torch', n=2): assert 'ddpsafe: the training loader' not in l.output()
+
+@pytest.mark.timeout(120)
+def test_persistent_workers_let_the_process_exit(tools, tmp_path):
+    "torch's `DataLoader(persistent_workers=True)`: its workers, started with the stop signals blocked, end with the fit, not never"
+    finished(Launch(command('torch', 1, tmp_path, '--persistent-workers'), tmp_path, tools, 'persistent', n=1), 60)
 
 def test_stateful_state_loads_safely():
     "A `StatefulDataLoader`'s mid-epoch state, with workers, through `torch.save` and a `weights_only=True` load with fastai's safe globals"

@@ -1,7 +1,8 @@
 """A small fastai training script as a user writes it, for the launcher tests (`tests/test_launchers.py`) and the recipes in `examples/`.
 
     torchrun --nproc_per_node 2 launcher_train.py PATH N_EPOCH [--every-steps N] [--workers N] [--slow SECS]
-                                                  [--loader fastai|torch|stateful|batches] [--dropout P] [--out FILE] [--marks DIR]
+                                                  [--loader fastai|torch|stateful|batches] [--dropout P] [--persistent-workers]
+                                                  [--out FILE] [--marks DIR]
 
 The data is `y = x @ [1,2,3,4] + 0.5` plus noise (like `ddpsafe.testing.synth_dls`) through fastai `DataLoaders` with
 `--workers` DataLoader worker processes (2 by default, as fastai's default gives on a 2-core machine), or through the
@@ -27,6 +28,7 @@ def parse_args(argv=None):
     p.add_argument('--items', type=int, default=128, help='items in all, a quarter for validation')
     p.add_argument('--loader', default='fastai', choices=['fastai', 'torch', 'stateful', 'batches'], help='what the data comes through')
     p.add_argument('--dropout', type=float, default=0., help='a Dropout of this probability before the Linear layer')
+    p.add_argument('--persistent-workers', action='store_true', help="--loader torch or stateful: the loaders' persistent_workers")
     p.add_argument('--out', default=None); p.add_argument('--marks', default=None)
     return p.parse_args(argv)
 
@@ -39,12 +41,13 @@ class TensorBatches:
         idx = torch.randperm(len(self.x)) if self.shuffle else torch.arange(len(self.x))
         return ((self.x[i], self.y[i]) for i in idx.split(self.bs))
 
-def own_loaders(kind:str, train, valid, workers:int) -> tuple:
+def own_loaders(kind:str, train, valid, workers:int, persistent:bool=False) -> tuple:
     "A training and a validation loader of `kind` ('torch', 'stateful' or 'batches') over two `TensorDataset`s"
     if kind == 'batches': return TensorBatches(train, shuffle=True), TensorBatches(valid)
     if kind == 'torch': from torch.utils.data import DataLoader
     else: from torchdata.stateful_dataloader import StatefulDataLoader as DataLoader
-    return DataLoader(train, batch_size=8, shuffle=True, num_workers=workers), DataLoader(valid, batch_size=8, num_workers=workers)
+    kw = dict(batch_size=8, num_workers=workers, persistent_workers=persistent)
+    return DataLoader(train, shuffle=True, **kw), DataLoader(valid, **kw)
 
 def main(argv=None) -> int:
     a = parse_args(argv)
@@ -76,7 +79,8 @@ def main(argv=None) -> int:
     else:
         from torch.utils.data import TensorDataset
         from fastai.data.core import DataLoaders
-        dls = DataLoaders(*own_loaders(a.loader, TensorDataset(x[:split], y[:split, None]), TensorDataset(x[split:], y[split:, None]), a.workers),
+        dls = DataLoaders(*own_loaders(a.loader, TensorDataset(x[:split], y[:split, None]), TensorDataset(x[split:], y[split:, None]), a.workers,
+                                      a.persistent_workers),
                           path=a.path)
     model = torch.nn.Sequential(torch.nn.Dropout(a.dropout), torch.nn.Linear(4, 1)) if a.dropout else torch.nn.Linear(4, 1)
     learn = Learner(dls, model, loss_func=MSELossFlat(), lr=1e-2, path=a.path)
