@@ -739,7 +739,7 @@ class CheckpointCallback(Callback):
         if comp is None: self.comp = np.less if 'loss' in monitor or 'error' in monitor else np.greater
         self.accept_changes = {accept_changes} if isinstance(accept_changes, str) else set(accept_changes)
         if unknown := self.accept_changes - set(_CHANGES): raise ValueError(f'accept_changes: {sorted(unknown)} not among {_CHANGES}')
-        self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.far_claim = self.uploader = None
+        self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.far_claim = self.uploader = self.fit_dls = None
 
     def __call__(self, event_name):
         "Run the event inside a training `fit` only"
@@ -801,7 +801,7 @@ class CheckpointCallback(Callback):
         for c in (self.claim, self.far_claim):
             if c is not None: c.release()                    # rank 0's; the other ranks hold inactive copies
         for dl in self.fit_dls.loaders: stop_persistent_workers(dl)   # `self.learn` is gone: fastai removed this callback
-        self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.far_claim = self.uploader = None
+        self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.far_claim = self.uploader = self.fit_dls = None
 
     # ---- when to save
     def before_epoch(self): self.ran_epoch = True

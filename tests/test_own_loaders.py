@@ -15,7 +15,7 @@ the end. The final weights must equal the uninterrupted run's, bit for bit, on e
 And: a run with torch's `DataLoader(persistent_workers=True)` exits (its workers ignore the stop signals), and a
 `StatefulDataLoader`'s mid-epoch state goes through a `weights_only=True` load.
 
-    python -m pytest tests/test_own_loaders.py -s        # about 60 s on 2 cores"""
+    python -m pytest tests/test_own_loaders.py -s        # about 80 s on 2 cores"""
 from __future__ import annotations
 import io, os, sys, signal
 from pathlib import Path
