@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys, time, uuid, errno, random, shutil, signal, threading, warnings, weakref, contextlib
 from pathlib import Path
 import numpy as np, torch
+import torch.utils.data as tud
 import safetensors.torch as st
 from fastcore.basics import patch, store_attr
 import fastai
@@ -39,12 +40,13 @@ def _loaded(module:str, name:str):
 
 # %% auto #0
 __all__ = ['step_lock', 'model_weights', 'load_weights', 'rng_state', 'set_rng_state', 'rank_rng_state', 'RunState', 'run_state',
-           'model_signature', 'optimizer_signature', 'fit_method', 'fit_signature', 'setup_signature', 'setup_changes',
-           'ModelState', 'OptimizerState', 'RecorderState', 'TrackerState', 'LoaderState', 'RNGState', 'training_parts',
-           'checkpoint_files', 'best_checkpoint', 'choose_checkpoint', 'read_checkpoint_file', 'check_setup',
-           'resume_message', 'position_in', 'world_change_message', 'shard_state', 'write_in_shards',
-           'ranks_not_seeing', 'in_shards', 'check_shards_seen', 'load_weight_shards', 'load_optimizer_shards',
-           'claim_checkpoints', 'upload_checkpoint', 'Uploader', 'CheckpointCallback']
+           'unknown_order', 'loader_kind', 'loader_name', 'loader_state', 'set_loader_state', 'model_signature',
+           'optimizer_signature', 'fit_method', 'fit_signature', 'setup_signature', 'setup_changes', 'ModelState',
+           'OptimizerState', 'RecorderState', 'TrackerState', 'LoaderState', 'RNGState', 'loader_note',
+           'stop_persistent_workers', 'training_parts', 'checkpoint_files', 'best_checkpoint', 'choose_checkpoint',
+           'read_checkpoint_file', 'check_setup', 'resume_message', 'position_in', 'world_change_message',
+           'shard_state', 'write_in_shards', 'ranks_not_seeing', 'in_shards', 'check_shards_seen', 'load_weight_shards',
+           'load_optimizer_shards', 'claim_checkpoints', 'upload_checkpoint', 'Uploader', 'CheckpointCallback']
 
 # %% ../nbs/08_checkpoint.ipynb #9f2b6736
 _locks = fastai.learner.__dict__.setdefault('_ddpsafe_step_locks', weakref.WeakKeyDictionary())   # one per process, however often this runs
@@ -137,7 +139,8 @@ class RunState:
     def __init__(self):
         self.fits,self.steps = 0,0            # fits begun, optimizer steps done, over the script's fits
         self.fits_left,self.stopped = 0,False # fits still to come in this `fine_tune`; a stop request ended one of them
-        self.start_epoch,self.skip = 0,None   # a resume's first epoch; (batches to draw and drop, what to do at the last one)
+        self.start_epoch,self.skip = 0,None   # a resume's first epoch; (batches done, how many of them to draw and drop, what to do at the resume point)
+        self.said = set()                     # what rank 0 said once for this learner
 
 _runs = fastai.learner.__dict__.setdefault('_ddpsafe_runs', weakref.WeakKeyDictionary())   # shared by every copy of the patches below
 
@@ -159,21 +162,88 @@ def _do_fit(self:Learner):
 
 @patch
 def all_batches(self:Learner):
-    "fastai's batch loop, skipping a resume's done batches"
+    "fastai's batch loop, from a resume's batch"
     self.n_iter = len(self.dl)
     run = run_state(self)
-    (skip, at_resume_point), run.skip = (run.skip or (0, None)), None
-    for i, b in enumerate(self.dl):
-        if i < skip:
-            if i == skip-1: at_resume_point()
+    (done, drop, at_resume_point), run.skip = (run.skip or (0, 0, None)), None
+    batches = enumerate(self.dl, done-drop)      # the loader's iterator starts here
+    if done and not drop: at_resume_point()      # a loader that resumed by itself
+    for i, b in batches:
+        if i < done:
+            if i == done-1: at_resume_point()
             continue
         self.one_batch(i, b)
 
 # %% ../nbs/08_checkpoint.ipynb #59b72fe8
 def _base_dl(dl):
-    "The `DataLoader` whose generator shuffles `dl`'s batches"
+    "The loader inside fastai's `DistributedDL`, else `dl`"
     ddl = getattr(sys.modules.get('fastai.distributed'), 'DistributedDL', ())
     return dl.dl if isinstance(dl, ddl) else dl
+
+_TORCH_SAMPLERS = (tud.SequentialSampler, tud.RandomSampler, tud.SubsetRandomSampler, tud.WeightedRandomSampler, tud.DistributedSampler)
+
+def _sampler(dl:tud.DataLoader):
+    "What orders a torch `DataLoader`'s items: its sampler, or its batch sampler unless that is torch's `BatchSampler`"
+    bs = dl.batch_sampler
+    return dl.sampler if bs is None else bs.sampler if type(bs) is tud.BatchSampler else bs
+
+def unknown_order(dl:tud.DataLoader) -> str|None:
+    "What orders torch `DataLoader` `dl`'s batches in a way ddpsafe does not know, in words; `None` if nothing does"
+    if isinstance(dl.dataset, tud.IterableDataset): return f'over the IterableDataset {type(dl.dataset).__name__}'
+    s = _sampler(dl)
+    if type(s) in _TORCH_SAMPLERS: return None
+    return f'with the {"batch " if s is dl.batch_sampler else ""}sampler {type(s).__name__}'
+
+def loader_kind(dl) -> str:
+    "How a checkpoint keeps `dl`'s place: 'fastai', 'stateful', 'torch' or 'unknown'"
+    dl = _base_dl(dl)
+    if isinstance(getattr(dl, 'rng', None), random.Random): return 'fastai'
+    if callable(getattr(dl, 'state_dict', None)) and callable(getattr(dl, 'load_state_dict', None)): return 'stateful'
+    if isinstance(dl, tud.DataLoader) and unknown_order(dl) is None: return 'torch'
+    return 'unknown'
+
+def loader_name(dl) -> str:
+    "`dl`'s class, and what in it ddpsafe does not know"
+    dl = _base_dl(dl)
+    why = unknown_order(dl) if isinstance(dl, tud.DataLoader) else None
+    return type(dl).__name__ + (f' {why}' if why else '')
+
+# %% ../nbs/08_checkpoint.ipynb #a1b2c306
+def _generators(dl:tud.DataLoader) -> list:
+    "The torch generators that order torch `DataLoader` `dl`'s items and seed its workers, each once"
+    out = []
+    for o in (dl, _sampler(dl)):
+        g = getattr(o, 'generator', None)
+        if isinstance(g, torch.Generator) and all(g is not h for h in out): out.append(g)
+    return out
+
+def loader_state(dl, train:bool=True):
+    "What a checkpoint keeps of `dl`'s place (of a stateful loader only when it is the `train` one); `None`: nothing"
+    kind, dl = loader_kind(dl), _base_dl(dl)
+    if kind == 'fastai': return dl.rng.getstate()
+    if kind == 'torch':
+        s = _sampler(dl)
+        return dict(kind='torch', generators=[g.get_state() for g in _generators(dl)],
+                    epoch=s.epoch if isinstance(s, tud.DistributedSampler) else None)
+    if kind == 'stateful' and train: return dict(kind='stateful', state=dl.state_dict())
+    return None
+
+def _saved_kind(s) -> str|None:
+    "The kind of loader whose place `loader_state` returned as `s`"
+    return 'fastai' if isinstance(s, tuple) else s['kind'] if isinstance(s, dict) else None
+
+def set_loader_state(dl, s) -> bool:
+    "Put `dl` back where `loader_state` found it; `False` if `s` is of another kind"
+    kind, dl = loader_kind(dl), _base_dl(dl)
+    if s is None or _saved_kind(s) != kind: return False
+    if kind == 'fastai': dl.rng.setstate(s)
+    elif kind == 'stateful': dl.load_state_dict(s['state'])
+    else:
+        gens = _generators(dl)
+        if len(gens) != len(s['generators']): return False
+        for g, t in zip(gens, s['generators']): g.set_state(t)
+        if s['epoch'] is not None and isinstance(_sampler(dl), tud.DistributedSampler): _sampler(dl).set_epoch(s['epoch'])
+    return True
 
 # %% ../nbs/08_checkpoint.ipynb #28b6d383
 def _name(f) -> str:
@@ -289,16 +359,25 @@ class TrackerState:
             if t['wait'] is not None: cb.wait = t['wait']
 
 class LoaderState:
-    "The loaders' shuffle generators"
-    def __init__(self, learn:Learner): self.learn,self.epoch_start = learn,None
-    def begin_epoch(self): self.epoch_start = _base_dl(self.learn.dl).rng.getstate()
+    "Each loader's place (`loader_state`): the training loader's as its epoch began, unless it resumes by itself"
+    def __init__(self, learn:Learner): self.learn,self.epoch_start,self.resumes_itself = learn,None,False
+    def begin_epoch(self):
+        dl = self.learn.dl
+        self.epoch_start = None if loader_kind(dl) == 'stateful' else loader_state(dl)
     def end_epoch(self): self.epoch_start = None
     def state_dict(self) -> list:
-        states = [_base_dl(dl).rng.getstate() for dl in self.learn.dls.loaders]
+        states = [loader_state(dl, train=i == 0) for i, dl in enumerate(self.learn.dls.loaders)]
         if self.epoch_start is not None: states[0] = self.epoch_start
         return states
     def load_state_dict(self, d:list):
-        for dl, s in zip(self.learn.dls.loaders, d): _base_dl(dl).rng.setstate(s)
+        dls = self.learn.dls.loaders
+        fits = [set_loader_state(dl, s) for dl, s in zip(dls, d)]
+        self.resumes_itself = bool(fits) and fits[0] and loader_kind(dls[0]) == 'stateful'
+        if self.resumes_itself: _base_dl(dls[0]).state_dict()   # starts its iterator now: see above
+        for i, (dl, s, fit) in enumerate(zip(dls, d, fits)):
+            if s is not None and not fit and is_main():
+                print(f"ddpsafe: the checkpoint keeps the place of loader {i} as a {_saved_kind(s)} loader's, and this run's is "
+                      f"a {loader_name(dl)} ({loader_kind(dl)}): its place is not restored")
 
 class RNGState:
     "Every rank's random states, now and as the epoch began; both methods are collective"
@@ -310,6 +389,23 @@ class RNGState:
     def state_dict(self) -> list: return all_ranks(dict(rng_state(), epoch_start=self.epoch_start))
     def load_state_dict(self, d:list): set_rng_state(rank_rng_state(d, rank()))
     def resume_epoch(self, d:list): self.resumed_epoch = rank_rng_state(d, rank()).get('epoch_start')
+
+# %% ../nbs/08_checkpoint.ipynb #a1b2c310
+def loader_note(dl) -> str|None:
+    "What rank 0 says as a fit starts when a resume inside an epoch may not be exact with training loader `dl`"
+    if loader_kind(dl) != 'unknown': return None
+    return (f'ddpsafe: the training loader {loader_name(dl)} keeps no state that ddpsafe can save (no state_dict()): a resume inside an '
+            "epoch draws the batches already done again and drops them, which gives the same batches only if its order comes from torch's, "
+            "numpy's or Python's global generators (restored as the epoch began) or is fixed. For an exact resume, give it state_dict() and "
+            "load_state_dict(), as torchdata's StatefulDataLoader has")
+
+# %% ../nbs/08_checkpoint.ipynb #a1b2c313
+def stop_persistent_workers(dl):
+    "End the workers that torch `DataLoader` `dl` keeps between epochs (`persistent_workers=True`)"
+    dl = _base_dl(dl)
+    it = getattr(dl, '_iterator', None) if isinstance(dl, tud.DataLoader) else None
+    if isinstance(it, tud.dataloader._MultiProcessingDataLoaderIter):
+        it._shutdown_workers(); dl._iterator = None
 
 # %% ../nbs/08_checkpoint.ipynb #9de53321
 def training_parts(learn:Learner) -> dict:
@@ -643,7 +739,7 @@ class CheckpointCallback(Callback):
         if comp is None: self.comp = np.less if 'loss' in monitor or 'error' in monitor else np.greater
         self.accept_changes = {accept_changes} if isinstance(accept_changes, str) else set(accept_changes)
         if unknown := self.accept_changes - set(_CHANGES): raise ValueError(f'accept_changes: {sorted(unknown)} not among {_CHANGES}')
-        self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.far_claim = self.uploader = None
+        self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.far_claim = self.uploader = self.fit_dls = None
 
     def __call__(self, event_name):
         "Run the event inside a training `fit` only"
@@ -657,12 +753,14 @@ class CheckpointCallback(Callback):
         self.local_root = prepare_dir(Path(self.learn.path)/self.local) if self.local else None
         if self.local_root is not None and not is_url(self.root) and self.local_root.resolve() == self.root.resolve():
             raise ValueError(f'{self.local_root}: `local` and `path` are the same folder; `local` is a second, faster one')
+        self.fit_dls = self.learn.dls
         at_fit_end(self.learn, self._close)
         self.claim = claim_checkpoints(self.local_root or self.root)
         self.far_claim = claim_checkpoints(self.root) if self.local else None    # `path` too: its owner, or a probe that it can be written
         self.fit_idx, run.fits = run.fits, run.fits + 1
         self.steps_before, self.fit_steps, self.setup = run.steps, 0, setup_signature(self.learn)
         self.parts = training_parts(self.learn)
+        if is_main() and (note := loader_note(self.dls.train)) and note not in run.said: run.said.add(note); print(note)
         self.last_pos, self.stopped_by, self.skipped_fit, self.ran_epoch, self.in_train = None, None, False, False, False
         self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(_NOT_ASKED), False, False, False
         self.last_save, self.timer_raised = time.monotonic(), False
@@ -702,7 +800,8 @@ class CheckpointCallback(Callback):
         if self.uploader is not None: self.uploader.close()  # after an error: the upload in flight ends in the background
         for c in (self.claim, self.far_claim):
             if c is not None: c.release()                    # rank 0's; the other ranks hold inactive copies
-        self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.far_claim = self.uploader = None
+        for dl in self.fit_dls.loaders: stop_persistent_workers(dl)   # `self.learn` is gone: fastai removed this callback
+        self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.far_claim = self.uploader = self.fit_dls = None
 
     # ---- when to save
     def before_epoch(self): self.ran_epoch = True
@@ -898,7 +997,8 @@ class CheckpointCallback(Callback):
                 self.learn.pct_train, self.learn.train_iter = pct, state['train_iter']
                 p['rng'].load_state_dict(rngs)
             p['rng'].resume_epoch(rngs)
-            run.start_epoch, run.skip = state['epoch'], (state['iter'], at_resume_point)
+            drop = 0 if p['loaders'].resumes_itself else state['iter']
+            run.start_epoch, run.skip = state['epoch'], (state['iter'], drop, at_resume_point)
 
 # %% ../nbs/08_checkpoint.ipynb #729c0233
 @patch_fastai('fastai.callback.schedule', 'Learner.fine_tune')

@@ -68,9 +68,9 @@ def accelerate_cmd() -> list: return [str(ACCELERATE), 'launch', '--multi_gpu', 
                                       '--mixed_precision', 'no', '--dynamo_backend', 'no']
 
 class Launch:
-    "A launcher command started in a session of its own (as a scheduler starts a job), with its ranks' marker files"
-    def __init__(self, cmd:list, run:Path, tools, name:str, **extra_env):
-        self.run, self.name, self.t0 = Path(run), name, time.monotonic()
+    "A launcher command started in a session of its own (as a scheduler starts a job), with its `n` ranks' marker files"
+    def __init__(self, cmd:list, run:Path, tools, name:str, n:int=2, **extra_env):
+        self.run, self.name, self.n, self.t0 = Path(run), name, n, time.monotonic()
         self.out = open(self.run.parent/f'{self.run.name}-{name}.out', 'w')
         self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=subprocess.STDOUT, start_new_session=True,
                                      env=env(tools, **extra_env), cwd=self.run.parent)
@@ -82,7 +82,7 @@ class Launch:
         return pids[-1] if pids else None
     def saves(self, r:int) -> list: return [l.split()[1:] for l in self.marks(r) if l.startswith('SAVE ')]
     def results(self) -> list:
-        return [next((json.loads(l[7:]) for l in reversed(self.marks(r)) if l.startswith('RESULT ')), None) for r in range(2)]
+        return [next((json.loads(l[7:]) for l in reversed(self.marks(r)) if l.startswith('RESULT ')), None) for r in range(self.n)]
     def output(self) -> str: return (self.run.parent/f'{self.run.name}-{self.name}.out').read_text(errors='replace')
 
     def wait_saves(self, n:int, timeout:float=120):
@@ -104,7 +104,7 @@ class Launch:
 
     def kill(self):
         "SIGKILL to the launcher's session and to every rank (ranks live in sessions of their own)"
-        for r in range(2):
+        for r in range(self.n):
             if (p := self.pid(r)):
                 try: os.killpg(p, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError): pass

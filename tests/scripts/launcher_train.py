@@ -1,11 +1,14 @@
 """A small fastai training script as a user writes it, for the launcher tests (`tests/test_launchers.py`) and the recipes in `examples/`.
 
     torchrun --nproc_per_node 2 launcher_train.py PATH N_EPOCH [--every-steps N] [--workers N] [--slow SECS]
+                                                  [--loader fastai|torch|stateful|batches] [--dropout P] [--persistent-workers]
                                                   [--out FILE] [--marks DIR] [--hang-first-fork RANK]
 
 The data is `y = x @ [1,2,3,4] + 0.5` plus noise (like `ddpsafe.testing.synth_dls`) through fastai `DataLoaders` with
-`--workers` DataLoader worker processes (2 by default, as fastai's default gives on a 2-core machine); the model is a
-`Linear(4,1)`; the run is `fit_one_cycle` inside `learn.distrib_ctx()` with `CheckpointCallback(every_steps=...)` saving
+`--workers` DataLoader worker processes (2 by default, as fastai's default gives on a 2-core machine), or through the
+loaders a PyTorch user hands to `DataLoaders(train, valid)` (`--loader`, for `tests/test_own_loaders.py`): torch's
+`DataLoader(shuffle=True)`, torchdata's `StatefulDataLoader(shuffle=True)`, or `TensorBatches`, an iterable of batches
+that ddpsafe knows nothing about; the model is a `Linear(4,1)` (after a `Dropout(P)` with `--dropout P`); the run is `fit_one_cycle` inside `learn.distrib_ctx()` with `CheckpointCallback(every_steps=...)` saving
 to `PATH/checkpoints`. It sleeps `--slow` seconds after every optimizer step so that a signal lands mid-run.
 
 Launcher-agnostic: it reads the rank from the environment that `torchrun` or `accelerate launch` sets. With `--marks DIR`
@@ -25,10 +28,30 @@ def parse_args(argv=None):
     p.add_argument('--workers', type=int, default=2, help='DataLoader worker processes per rank')
     p.add_argument('--slow', type=float, default=0.05, help='seconds to sleep after every optimizer step')
     p.add_argument('--items', type=int, default=128, help='items in all, a quarter for validation')
+    p.add_argument('--loader', default='fastai', choices=['fastai', 'torch', 'stateful', 'batches'], help='what the data comes through')
+    p.add_argument('--dropout', type=float, default=0., help='a Dropout of this probability before the Linear layer')
+    p.add_argument('--persistent-workers', action='store_true', help="--loader torch or stateful: the loaders' persistent_workers")
     p.add_argument('--out', default=None); p.add_argument('--marks', default=None)
     p.add_argument('--hang-first-fork', type=int, default=None, help='rank whose first forked worker never starts')
     p.add_argument('--worker-start-seconds', type=float, default=None)
     return p.parse_args(argv)
+
+class TensorBatches:
+    "Batches of a `TensorDataset`, in an order drawn from torch's global generator each epoch: an iterable ddpsafe knows nothing about"
+    def __init__(self, ds, bs=8, shuffle=False): (self.x, self.y), self.bs, self.shuffle = ds.tensors, bs, shuffle
+    def __len__(self): return -(-len(self.x) // self.bs)
+    def __iter__(self):
+        import torch
+        idx = torch.randperm(len(self.x)) if self.shuffle else torch.arange(len(self.x))
+        return ((self.x[i], self.y[i]) for i in idx.split(self.bs))
+
+def own_loaders(kind:str, train, valid, workers:int, persistent:bool=False) -> tuple:
+    "A training and a validation loader of `kind` ('torch', 'stateful' or 'batches') over two `TensorDataset`s"
+    if kind == 'batches': return TensorBatches(train, shuffle=True), TensorBatches(valid)
+    if kind == 'torch': from torch.utils.data import DataLoader
+    else: from torchdata.stateful_dataloader import StatefulDataLoader as DataLoader
+    kw = dict(batch_size=8, num_workers=workers, persistent_workers=persistent)
+    return DataLoader(train, shuffle=True, **kw), DataLoader(valid, **kw)
 
 def main(argv=None) -> int:
     a = parse_args(argv)
@@ -56,8 +79,15 @@ def main(argv=None) -> int:
     items, split = [(u, v[None]) for u, v in zip(x, y)], a.items - a.items//4
     dsets = Datasets(items, [[ItemGetter(0)], [ItemGetter(1)]], splits=[list(range(split)), list(range(split, a.items))])
     set_seed(0)
-    dls = dsets.dataloaders(bs=8, device='cpu', path=a.path, num_workers=a.workers)
-    learn = Learner(dls, torch.nn.Linear(4, 1), loss_func=MSELossFlat(), lr=1e-2, path=a.path)
+    if a.loader == 'fastai': dls = dsets.dataloaders(bs=8, device='cpu', path=a.path, num_workers=a.workers)
+    else:
+        from torch.utils.data import TensorDataset
+        from fastai.data.core import DataLoaders
+        dls = DataLoaders(*own_loaders(a.loader, TensorDataset(x[:split], y[:split, None]), TensorDataset(x[split:], y[split:, None]), a.workers,
+                                      a.persistent_workers),
+                          path=a.path)
+    model = torch.nn.Sequential(torch.nn.Dropout(a.dropout), torch.nn.Linear(4, 1)) if a.dropout else torch.nn.Linear(4, 1)
+    learn = Learner(dls, model, loss_func=MSELossFlat(), lr=1e-2, path=a.path)
     learn.remove_cb(ProgressCallback)
 
     class Markers(CheckpointCallback):
