@@ -70,6 +70,15 @@ def fit(self:Learner, n_epoch, lr=None, wd=None, cbs=None, reset_opt=False, star
     finally:
         for close in _fits.pop(self, []): close()
 
+# %% ../nbs/04_callbacks.ipynb #570c28e1
+fastai_stock.setdefault('Learner.one_batch', Learner.one_batch)
+
+@patch
+def one_batch(self:Learner, i, b):
+    "fastai's `one_batch`, counted for the heartbeat (`count_batch`)"
+    count_batch()
+    return fastai_stock['Learner.one_batch'](self, i, b)
+
 # %% ../nbs/04_callbacks.ipynb #fba729d3
 @patch_fastai('fastai.callback.tracker', 'TrackerCallback.__call__')
 def tracker_call(self, event_name):

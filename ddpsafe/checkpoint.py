@@ -245,6 +245,13 @@ def set_loader_state(dl, s) -> bool:
         if s['epoch'] is not None and isinstance(_sampler(dl), tud.DistributedSampler): _sampler(dl).set_epoch(s['epoch'])
     return True
 
+# %% ../nbs/08_checkpoint.ipynb #12db519f
+from .preempt import watch_worker_start
+from .learner import when_imported
+
+_TORCHDATA = 'torchdata.stateful_dataloader.stateful_dataloader'
+when_imported(_TORCHDATA, lambda: watch_worker_start(sys.modules[_TORCHDATA]._StatefulMultiProcessingDataLoaderIter))
+
 # %% ../nbs/08_checkpoint.ipynb #28b6d383
 def _name(f) -> str:
     "A readable name for a function, partial or object"

@@ -167,10 +167,10 @@ def forget_failure():
 import sys, json, faulthandler, multiprocessing
 
 STUCK_EXIT_CODE = 1   # a rank that waited on itself past `DDPSAFE_TIMEOUT` exits with this, as a failed one does
-_progress = dict(batches=0, fits=0, since=0., seen=None, still=0.)   # batches drawn from torch's loaders; fits under way, since when; the last count seen, since when
+_progress = dict(batches=0, fits=0, since=0., seen=None, still=0.)   # batches of the fits; fits under way, since when; the last count seen, since when
 
 def count_batch():
-    "One more batch drawn (torch's DataLoader iterators call this)"
+    "One more batch (fastai's `Learner.one_batch`, as ddpsafe patches it, calls this)"
     _progress['batches'] += 1
 
 @contextmanager

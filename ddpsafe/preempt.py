@@ -10,14 +10,14 @@ import os, sys, time, signal, threading, warnings
 from contextlib import contextmanager
 from pathlib import Path
 import torch, torch.distributed as dist
-from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter, _BaseDataLoaderIter
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 from .core import *
 from .commit import is_url, as_path
 
 # %% auto #0
 __all__ = ['REMOTE_SWITCH_SECONDS', 'MAX_STEPS_PER_ROUND', 'WORKER_GRACE_SECONDS', 'WORKER_START_SECONDS', 'WORKER_START_TRIES',
            'StopRequests', 'stop_signals', 'signals_blocked', 'stop_workers', 'fork_deadlock_prone', 'WorkerStartError',
-           'stuck_workers', 'REQUEUE_EXIT_CODE']
+           'stuck_workers', 'watch_worker_start', 'REQUEUE_EXIT_CODE']
 
 # %% ../nbs/06_preempt.ipynb #d35fd14c
 from .manifest import REQUEUE_EXIT_CODE   # 75: sysexits' EX_TEMPFAIL, 'try again'; defined with the checkpoint format, which `ddpsafe-status` reads
@@ -220,7 +220,6 @@ def _set_rng_states(states:tuple):
 import multiprocessing
 from multiprocessing import resource_tracker
 
-_stock_start_workers = _MultiProcessingDataLoaderIter.__dict__.get('_ddpsafe_stock_init', _MultiProcessingDataLoaderIter.__init__)
 
 def _start_method(loader) -> str:
     "How `loader`'s workers start: 'fork', 'spawn' or 'forkserver'"
@@ -237,31 +236,25 @@ def _say_prone():
                         f'(CPython gh-112275, fixed in 3.12 and in 3.8-3.11 from September 2024); a worker that has not started '
                         f'within {WORKER_START_SECONDS:g}s is killed and started again with the same seeds')
 
-def _start_workers(self, loader, *args, **kwargs):
-    "torch's worker start, with the stop signals blocked; forked workers that never reach their loop are started again"
-    sigs, forked = stop_signals(), _start_method(loader) == 'fork' and sys.platform.startswith('linux')
-    if sigs and not forked: resource_tracker.ensure_running()   # its first start unblocks SIGTERM
-    if sigs: _blocked_iters.add(self)                           # `stop_workers` ends them at exit
-    drawn = _rng_states(loader) if forked else None
-    if forked and not _said_prone and fork_deadlock_prone() and coordinating(): _say_prone()
-    for attempt in range(1, WORKER_START_TRIES+1):
-        with signals_blocked(sigs): _stock_start_workers(self, loader, *args, **kwargs)
-        if not forked or not (stuck := stuck_workers(self)): return
-        _end_workers([self], grace=0.)
-        _set_rng_states(drawn)                                  # the next start draws the same seeds
-        what = f"DataLoader worker{'s'*(len(stuck)>1)} (pid {', '.join(str(w.pid) for w in stuck)}) did not reach {'their' if len(stuck)>1 else 'its'} loop within {WORKER_START_SECONDS:g}s of the fork"
-        if attempt == WORKER_START_TRIES: raise WorkerStartError(f'rank {rank()}: {what}, {attempt} starts in a row')
-        warnings.warn(f'ddpsafe: rank {rank()}: {what}: stuck in the interpreter after fork (CPython gh-112275: 3.8-3.11 before '
-                      f'their September 2024 releases; this is {sys.version.split()[0]}); killed, and started again with the same seeds')
+def watch_worker_start(cls): # A multiprocessing DataLoader iterator class: torch's, or one written after it (torchdata's)
+    "Patch `cls.__init__`: workers start with the stop signals blocked; forked ones that never reach their loop start again"
+    stock = cls.__dict__.get('_ddpsafe_stock_init', cls.__init__)
+    def __init__(self, loader, *args, **kwargs):
+        sigs, forked = stop_signals(), _start_method(loader) == 'fork' and sys.platform.startswith('linux')
+        if sigs and not forked: resource_tracker.ensure_running()   # its first start unblocks SIGTERM
+        if sigs: _blocked_iters.add(self)                           # `stop_workers` ends them at exit
+        drawn = _rng_states(loader) if forked else None
+        if forked and not _said_prone and fork_deadlock_prone() and coordinating(): _say_prone()
+        for attempt in range(1, WORKER_START_TRIES+1):
+            with signals_blocked(sigs): stock(self, loader, *args, **kwargs)
+            if not forked or not (stuck := stuck_workers(self)): return
+            _end_workers([self], grace=0.)
+            _set_rng_states(drawn)                                  # the next start draws the same seeds
+            what = f"DataLoader worker{'s'*(len(stuck)>1)} (pid {', '.join(str(w.pid) for w in stuck)}) did not reach {'their' if len(stuck)>1 else 'its'} loop within {WORKER_START_SECONDS:g}s of the fork"
+            if attempt == WORKER_START_TRIES: raise WorkerStartError(f'rank {rank()}: {what}, {attempt} starts in a row')
+            warnings.warn(f'ddpsafe: rank {rank()}: {what}: stuck in the interpreter after fork (CPython gh-112275: 3.8-3.11 before '
+                          f'their September 2024 releases; this is {sys.version.split()[0]}); killed, and started again with the same seeds')
+    __init__.__doc__ = f"{cls.__name__}'s start, watched by ddpsafe"
+    cls._ddpsafe_stock_init, cls.__init__ = stock, __init__
 
-_stock_next = _BaseDataLoaderIter.__dict__.get('_ddpsafe_stock_next', _BaseDataLoaderIter.__next__)
-
-def _next_batch(self):
-    "torch's next batch, counted for the heartbeat (`count_batch`)"
-    b = _stock_next(self)
-    count_batch()
-    return b
-
-_MultiProcessingDataLoaderIter._ddpsafe_stock_init = _stock_start_workers
-_MultiProcessingDataLoaderIter.__init__ = _start_workers
-_BaseDataLoaderIter._ddpsafe_stock_next, _BaseDataLoaderIter.__next__ = _stock_next, _next_batch
+watch_worker_start(_MultiProcessingDataLoaderIter)
