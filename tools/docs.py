@@ -134,7 +134,7 @@ def clean_outputs(cell):
             outs += [_stream(o.name, after)] if any(after) else []
         else: outs.append(o)
     for o in outs:
-        if 'text' in o: o['text'] = neutral_paths(_ansi.sub('', o['text']))
+        if 'text' in o: o['text'] = neutral_paths(_ansi.sub('', ''.join(o['text'])))   # a stream's text may come as a list of lines
         for k in ('text/plain', 'text/markdown', 'text/html'):
             if k in o.get('data', {}): o['data'][k] = neutral_paths(''.join(o['data'][k]))
         if o.get('output_type') == 'error': o['traceback'] = [neutral_paths(_ansi.sub('', t)) for t in o.get('traceback', [])]
