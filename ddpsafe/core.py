@@ -248,8 +248,9 @@ def peer_failure(e:BaseException,         # What a collective raised
                 ) -> BaseException:
     "`e`, or a `DistTimeout` naming the ranks that failed, wait on themselves, or went silent"
     if isinstance(e, DistTimeout) or not isinstance(e, RuntimeError) or not _UNREACHABLE.search(str(e)): return e
-    failed = failed_ranks() or behind_ranks()
-    silent = {} if failed else silent_ranks()
+    failed = failed_ranks()
+    silent = {} if failed else silent_ranks()   # a frozen rank's last word may say it waited: it stopped answering
+    if not failed and silent == {}: failed = behind_ranks()
     if failed: missing, why = sorted(failed), '; '.join(f'rank {r} {m}' for r,m in sorted(failed.items()))
     elif silent is None:
         if os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True': missing, why = None, "the launcher's store does not answer either"
