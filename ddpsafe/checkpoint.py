@@ -250,7 +250,7 @@ from .preempt import watch_worker_start
 from .learner import when_imported
 
 _TORCHDATA = 'torchdata.stateful_dataloader.stateful_dataloader'
-when_imported(_TORCHDATA, lambda: watch_worker_start(sys.modules[_TORCHDATA]._StatefulMultiProcessingDataLoaderIter))
+when_imported(_TORCHDATA, lambda: watch_worker_start(sys.modules[_TORCHDATA]._StatefulMultiProcessingDataLoaderIter, named=False))
 
 # %% ../nbs/08_checkpoint.ipynb #28b6d383
 def _name(f) -> str:

@@ -236,12 +236,13 @@ def _say_prone():
                         f'(CPython gh-112275, fixed in 3.12 and in 3.8-3.11 from September 2024); a worker that has not started '
                         f'within {WORKER_START_SECONDS:g}s is killed and started again with the same seeds')
 
-def watch_worker_start(cls): # A multiprocessing DataLoader iterator class: torch's, or one written after it (torchdata's)
+def watch_worker_start(cls,              # A multiprocessing DataLoader iterator class: torch's, or one written after it
+                       named:bool=True): # Does its worker loop name its process `pt_data_worker` (torch's does, torchdata's not)?
     "Patch `cls.__init__`: workers start with the stop signals blocked; forked ones that never reach their loop start again"
     stock = cls.__dict__.get('_ddpsafe_stock_init', cls.__init__)
     def __init__(self, loader, *args, **kwargs):
-        sigs, forked = stop_signals(), _start_method(loader) == 'fork' and sys.platform.startswith('linux')
-        if sigs and not forked: resource_tracker.ensure_running()   # its first start unblocks SIGTERM
+        sigs, forked = stop_signals(), named and _start_method(loader) == 'fork' and sys.platform.startswith('linux')
+        if sigs and _start_method(loader) != 'fork': resource_tracker.ensure_running()   # its first start unblocks SIGTERM
         if sigs: _blocked_iters.add(self)                           # `stop_workers` ends them at exit
         drawn = _rng_states(loader) if forked else None
         if forked and not _said_prone and fork_deadlock_prone() and coordinating(): _say_prone()
