@@ -5,7 +5,7 @@
 
 The training is a CPU MLP step (forward, backward, Adam) of about 10-50 ms, with torch's default threads. The
 checkpoint is `CheckpointCallback`'s asynchronous path without the learner: `StateBuffers.copy` of a model and Adam
-state of `--size` MB (outside the timed steps), then `write_checkpoint` of `checkpoint_files` on an `AsyncWriter`'s
+state of `--size` MB (outside the timed steps), then `write_checkpoint` of `checkpoint_writers` on an `AsyncWriter`'s
 thread (`--mode thread`, what ddpsafe does), or in a forked child process (`--mode process`: the same
 write without the GIL, to tell the GIL from CPU and page-cache contention). The writer runs at niceness `--nice`
 (19 by default, as `AsyncWriter` runs it; -1 for the process's own). Each repetition times steps with no save in flight (A), then the steps that run while one save is written (B),
@@ -70,7 +70,7 @@ def main():
     nice = None if a.nice < 0 else a.nice
     if a.threads: torch.set_num_threads(a.threads)
     from ddpsafe.snapshot import StateBuffers, AsyncWriter
-    from ddpsafe.checkpoint import checkpoint_files
+    from ddpsafe.parts import checkpoint_writers
     from ddpsafe.manifest import write_checkpoint
     folder = Path(a.dir or tempfile.mkdtemp(prefix='ddpsafe-bench-'))
     folder.mkdir(parents=True, exist_ok=True)
@@ -84,7 +84,7 @@ def main():
         snap = bufs.copy(state)                               # the blocking copy: measured by checkpoint_bench, not here
         root = folder/f'rep-{r}'
         t0 = time.perf_counter()
-        write = lambda: write_checkpoint(root, r, checkpoint_files(snap['model'], snap['opt'], {}, []), {})
+        write = lambda: write_checkpoint(root, r, checkpoint_writers({'model.safetensors': snap['model'], 'optimizer.pt': snap['opt'], 'state.pt': {}, 'rng.pt': []}), {})
         if a.mode == 'thread':
             writer.submit(write)
             during = timed_steps(step, until=lambda: not writer.busy)

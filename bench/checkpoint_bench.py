@@ -16,7 +16,7 @@ Methods (blocking: how long the training loop waits; total: until the checkpoint
 - `memcpy`: the state copied into preallocated buffers that are reused (`Tensor.copy_`): the floor for any blocking copy.
 - `clone`: a fresh `clone()` of every tensor (what a copy costs without reused buffers).
 - `raw_write`: the same bytes written sequentially to one file, then `fsync`: the floor for any durable write.
-- `ddpsafe_sync`: `ddpsafe.manifest.write_checkpoint` with the writers `CheckpointCallback` uses (`checkpoint.checkpoint_files`:
+- `ddpsafe_sync`: `ddpsafe.manifest.write_checkpoint` with the writers `CheckpointCallback` uses (`parts.checkpoint_writers`:
   `model.safetensors`, `optimizer.pt`, `state.pt`, `rng.pt`), i.e. what `CheckpointCallback._commit` does before rotating:
   each file checksummed (xxh3) and fsynced (on a second thread while the next file is written), manifest, rename,
   folder fsync. Blocking = total.
@@ -145,8 +145,8 @@ class Bench:
         return dt, dt, dict(fsync=time.perf_counter() - t1)
 
     def _ddpsafe_files(self, snap, timings=None):
-        from ddpsafe.checkpoint import checkpoint_files
-        files = checkpoint_files(snap['model'], snap['opt'], self.ckstate, self.rngs)
+        from ddpsafe.parts import checkpoint_writers
+        files = checkpoint_writers({'model.safetensors': snap['model'], 'optimizer.pt': snap['opt'], 'state.pt': self.ckstate, 'rng.pt': self.rngs})
         if timings is None: return files
         def timed(name, w):
             def write(p):

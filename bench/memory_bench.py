@@ -6,7 +6,7 @@
 Each size runs in a fresh process, so that memory freed by an earlier size does not hide what this one takes. The
 state is `checkpoint_bench.py`'s (weights and Adam state, 51 fp32 tensors). The process allocates it, notes its
 resident memory, then makes `--saves` asynchronous saves the way `CheckpointCallback` does: `StateBuffers.copy` of the
-state (what training waits for), then `write_checkpoint` of `checkpoint_files` on an `AsyncWriter` thread, waiting for
+state (what training waits for), then `write_checkpoint` of `checkpoint_writers` on an `AsyncWriter` thread, waiting for
 each write before the next copy (ddpsafe keeps at most one save in flight). Between saves the state is changed in
 place, as a training step would.
 
@@ -40,7 +40,8 @@ def one_size(mb:int, saves:int, folder:Path) -> dict:
     sys.path.insert(0, str(HERE))
     from checkpoint_bench import make_state, tensors, nbytes, trim
     from ddpsafe.snapshot import StateBuffers, AsyncWriter
-    from ddpsafe.checkpoint import checkpoint_files, rng_state
+    from ddpsafe.checkpoint import rng_state
+    from ddpsafe.parts import checkpoint_writers
     from ddpsafe.manifest import write_checkpoint, rotate
     state = make_state(mb*10**6)
     size = nbytes(state)
@@ -53,7 +54,7 @@ def one_size(mb:int, saves:int, folder:Path) -> dict:
         t0 = time.perf_counter()
         snap = bufs.copy(state)
         blocking = time.perf_counter() - t0
-        err = writer.submit(lambda snap=snap, step=i: write_checkpoint(folder, step, checkpoint_files(snap['model'], snap['opt'], dict(step=step), rngs)))
+        err = writer.submit(lambda snap=snap, step=i: write_checkpoint(folder, step, checkpoint_writers({'model.safetensors': snap['model'], 'optimizer.pt': snap['opt'], 'state.pt': dict(step=step), 'rng.pt': rngs})))
         err = err or writer.wait()
         if err is not None: raise err
         rotate(folder, 1)

@@ -42,11 +42,12 @@ def learner_state(mb:int):
 
 def save_both(model, opt, folder:Path):
     "The same state as one `torch.save` file and as a ddpsafe checkpoint"
-    from ddpsafe.checkpoint import checkpoint_files, model_weights, rng_state
+    from ddpsafe.checkpoint import model_weights, rng_state
+    from ddpsafe.parts import checkpoint_writers
     from ddpsafe.manifest import write_checkpoint
     rngs = [rng_state()]
     torch.save(dict(model=model.state_dict(), opt=opt.state_dict(), rng=rngs), folder/'plain.pt')
-    write_checkpoint(folder/'checkpoints', 1000, checkpoint_files(model_weights(model), opt.state_dict(), dict(step=1000), rngs),
+    write_checkpoint(folder/'checkpoints', 1000, checkpoint_writers({'model.safetensors': model_weights(model), 'optimizer.pt': opt.state_dict(), 'state.pt': dict(step=1000), 'rng.pt': rngs}),
                      dict(epoch=0, world_size=1))
 
 def torch_load(model, opt, folder:Path):

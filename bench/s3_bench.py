@@ -9,7 +9,7 @@ The state is `checkpoint_bench.make_state` (a model and its Adam state, 51 fp32 
   with one `fs.pipe({path: bytes})` call, which s3fs runs concurrently: the transfer alone, the floor for any save to
   this server.
 - `ddpsafe`: `ddpsafe.manifest.write_checkpoint` to an `s3://` URL with the writers `CheckpointCallback` uses
-  (`checkpoint_files`): serializing, hashing while uploading (the four files on `UPLOAD_THREADS` threads), the manifest
+  (`checkpoint_writers`): serializing, hashing while uploading (the four files on `UPLOAD_THREADS` threads), the manifest
   last: what `CheckpointCallback._commit` does before it rotates.
 Every repetition runs both, in an order rotated from one repetition to the next; the ratio `s3fs_put / ddpsafe` (the
 throughput of a ddpsafe save as a share of a plain upload) is paired within each repetition, then the median is taken.
@@ -28,8 +28,9 @@ GOAL = ('ddpsafe save to S3 throughput / s3fs putting the same bytes', '>=', 0.8
 METHODS = ['s3fs_put', 'ddpsafe']
 
 def files_of(state) -> dict:
-    from ddpsafe.checkpoint import checkpoint_files, rng_state
-    return checkpoint_files(state['model'], state['opt'], dict(epoch=0, iter=1, train_iter=1000, global_step=1000, world_size=1), [rng_state()])
+    from ddpsafe.checkpoint import rng_state
+    from ddpsafe.parts import checkpoint_writers
+    return checkpoint_writers({'model.safetensors': state['model'], 'optimizer.pt': state['opt'], 'state.pt': dict(epoch=0, iter=1, train_iter=1000, global_step=1000, world_size=1), 'rng.pt': [rng_state()]})
 
 def serialized(files:dict) -> dict:
     "The bytes of each file, as the writers make them"

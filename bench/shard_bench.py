@@ -36,7 +36,8 @@ def rank_main(mb:int, reps:int, folder:str) -> dict:
     from torch.distributed.fsdp import fully_shard
     from fastai.optimizer import Adam
     from ddpsafe.core import rank, on_main, barrier
-    from ddpsafe.checkpoint import model_weights, checkpoint_files, shard_state, write_in_shards, rng_state
+    from ddpsafe.checkpoint import model_weights, shard_state, write_in_shards, rng_state
+    from ddpsafe.parts import checkpoint_writers
     from ddpsafe.sharded import full_optimizer_state
     from ddpsafe.snapshot import StateBuffers
     from ddpsafe.manifest import write_checkpoint
@@ -56,7 +57,7 @@ def rank_main(mb:int, reps:int, folder:str) -> dict:
         on_main(write_checkpoint, Path(folder)/'whole', 1, files)
     def shards():
         s, skeleton = shard_state(learn)
-        write_in_shards(Path(folder)/'shards', 1, checkpoint_files(None, skeleton, {}, [rng_state()]), {}, s)
+        write_in_shards(Path(folder)/'shards', 1, checkpoint_writers({'optimizer.pt': skeleton, 'state.pt': {}, 'rng.pt': [rng_state()]}), {}, s)
     def whole_copy(): whole_bufs.copy(dict(model=model_weights(model), opt=full_optimizer_state(opt.state_dict())))
     def shard_copy(): shard_bufs.copy(shard_state(learn)[0])
     ways = dict(whole=whole, shards=shards, whole_copy=whole_copy, shard_copy=shard_copy)

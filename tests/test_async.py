@@ -218,7 +218,7 @@ class FullDisk:
     full, original = False, None
     @classmethod
     def install(cls):
-        cls.original = ckmod.checkpoint_files
+        cls.original = ckmod.checkpoint_writers
         def writers(*args):
             def failing(w):
                 def write(p):
@@ -226,7 +226,7 @@ class FullDisk:
                     return w(p)
                 return write
             return {k: failing(w) for k, w in cls.original(*args).items()}
-        ckmod.checkpoint_files = writers
+        ckmod.checkpoint_writers = writers
 
 def failing_fit(folder, at:int, simulate:bool):
     "Train with async saves every 2 steps on a disk that is full after step `at`: (error type, message, steps done)"
@@ -306,11 +306,11 @@ def test_full_disk_error_names_checkpoint(tmpfs):
     "On a real full disk, safetensors' own error (`SafetensorError`) still comes out as `OSError(ENOSPC)` naming the checkpoint"
     small_disk = tmpfs('16m')
     from ddpsafe.manifest import write_checkpoint
-    from ddpsafe.checkpoint import checkpoint_files
+    from ddpsafe.parts import checkpoint_writers
     fill_disk(small_disk)
     weights = {'w': torch.ones(1000)}
     with pytest.raises(OSError) as e:
-        write_checkpoint(small_disk/'checkpoints', 4, checkpoint_files(weights, {'state': [], 'hypers': []}, {}, []))
+        write_checkpoint(small_disk/'checkpoints', 4, checkpoint_writers({'model.safetensors': weights, 'optimizer.pt': {'state': [], 'hypers': []}}))
     assert e.value.errno == errno.ENOSPC and 'could not write checkpoint' in str(e.value)
     assert [p.name for p in (small_disk/'checkpoints').iterdir()] == []
 
@@ -328,7 +328,7 @@ def test_signal_handlers_restored_after_failed_save(folder):
             learn.fit(1, cbs=[CheckpointCallback(every_steps=2, every_epoch=None, async_save=True), DiskFullAfter(2, True)])
         assert {s: signal.getsignal(s) for s in before} == before
     finally:
-        ckmod.checkpoint_files, FullDisk.full = FullDisk.original, False
+        ckmod.checkpoint_writers, FullDisk.full = FullDisk.original, False
         for s, h in before.items(): signal.signal(s, h)     # this test process must still stop on SIGTERM
 
 # ---------------------------------------------------------------------------------------------------------------
