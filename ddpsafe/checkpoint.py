@@ -36,17 +36,18 @@ from .learner import fastai_safe_globals, CheckpointMismatch, fastai_stock
 from .callbacks import training_fit, at_fit_end, patch_fastai
 from .parts import *
 from .parts import _loaded, _plain, _tied
+from .shards import *
+from .shards import _together
+from .upload import *
 
 
 # %% auto #0
 __all__ = ['step_lock', 'RunState', 'run_state', 'model_signature', 'optimizer_signature', 'fit_method', 'fit_signature',
-           'setup_signature', 'setup_changes', 'best_checkpoint', 'choose_checkpoint', 'read_checkpoint_file',
-           'check_setup', 'resume_message', 'position_in', 'world_change_message', 'shard_state', 'write_in_shards',
-           'ranks_not_seeing', 'in_shards', 'check_shards_seen', 'load_weight_shards', 'load_optimizer_shards',
-           'claim_checkpoints', 'upload_checkpoint', 'Uploader', 'CheckpointCallback']
+           'setup_signature', 'setup_changes', 'choose_checkpoint', 'read_checkpoint_file', 'check_setup',
+           'resume_message', 'position_in', 'world_change_message', 'claim_checkpoints', 'CheckpointCallback']
 
 # %% ../nbs/08_checkpoint.ipynb #9f2b6736
-_locks = fastai.learner.__dict__.setdefault('_ddpsafe_step_locks', weakref.WeakKeyDictionary())   # one per process, however often this runs
+_locks = ddpsafe.__dict__.setdefault('_step_locks', weakref.WeakKeyDictionary())   # one per process, however often this runs: kept in the package
 _locks_guard = threading.Lock()
 
 def step_lock(learn:Learner) -> threading.RLock:
@@ -82,7 +83,7 @@ class RunState:
         self.at_start = None                  # what to do as a resume's first epoch is about to begin (a checkpoint at an epoch's end)
         self.said = set()                     # what rank 0 said once for this learner
 
-_runs = fastai.learner.__dict__.setdefault('_ddpsafe_runs', weakref.WeakKeyDictionary())   # shared by every copy of the patches below
+_runs = ddpsafe.__dict__.setdefault('_runs', weakref.WeakKeyDictionary())   # shared by every copy of the patches below: kept in the package
 
 def run_state(learn:Learner) -> RunState:
     "`learn`'s `RunState`, kept beside the learner"
@@ -188,17 +189,6 @@ def setup_changes(saved:dict, now:dict) -> dict:
     if not _same_fit(saved['fit'], now['fit']): out['fit'] = (_fit_words(saved['fit']), _fit_words(now['fit']))
     return out
 
-# %% ../nbs/08_checkpoint.ipynb #b3e29e9b
-def best_checkpoint(root:Path, # The checkpoints folder
-                    comp       # `np.less` or `np.greater`: is the first value better than the second?
-                   ) -> Path|None:
-    "The complete checkpoint with the best metric"
-    scored = [(read_manifest(p).get('metric'), p) for p in checkpoints(root) if checkpoint_status(p, checksums=False) == 'complete']
-    best = None
-    for m, p in scored:
-        if m is not None and (best is None or comp(m, best[0])): best = (m, p)
-    return None if best is None else best[1]
-
 # %% ../nbs/08_checkpoint.ipynb #e26612c9
 def choose_checkpoint(*roots) -> tuple:
     "Clean up, then the newest complete checkpoint of the folders `roots`, its manifest, what was skipped"
@@ -271,150 +261,6 @@ def world_change_message(ck, state:dict, now:int|None=None) -> str:
             f"a step now takes the batches of {b} rank{'s'*(b != 1)} instead of {a}, and the epochs' order is split anew over them"
             + (f'{new} from random streams derived from the saved ones' if new else ''))
 
-# %% ../nbs/08_checkpoint.ipynb #2c909442
-@patch
-def shards(self:ModelState) -> tuple:
-    "The model's tensors as `write_shards` takes them, under `model.`; nothing is left for `model.safetensors`"
-    m = get_model(self.learn.model)
-    tied = _tied(m)
-    return {f'model.{uncompiled_key(k)}': v for k, v in m.state_dict().items() if k not in tied}, None
-
-@patch
-def shards(self:OptimizerState) -> tuple:
-    "The optimizer's tensors as `write_shards` takes them, under `optimizer.`; and its state with placeholders for them"
-    tensors = {}
-    def aside(t, path):
-        key = '.'.join(map(str, ('optimizer', *path)))
-        tensors[key] = t
-        return SHARD_PLACEHOLDER + key
-    return tensors, map_tensors(aside, self.learn.opt.state_dict())
-
-def shard_state(learn:Learner) -> tuple:
-    "The sharded learner's tensors as `write_shards` takes them, and its optimizer state with placeholders for them"
-    (weights, _), (opt, skeleton) = ModelState(learn).shards(), OptimizerState(learn).shards()
-    return {**weights, **opt}, skeleton
-
-def _failures(e:BaseException) -> list:
-    "(errno, words) for each rank's failure in `e`; DCP's `CheckpointException` holds every rank's"
-    fails = getattr(e, 'failures', None) if isinstance(e, CheckpointException) else None
-    pairs = [(r, f[0] if isinstance(f, tuple) else f) for r, f in sorted(fails.items())] if isinstance(fails, dict) else [(rank(), e)]
-    return [(errno_of(x), f'rank {r}: {type(x).__name__}: {x}') for r, x in pairs]
-
-def _attempt(f) -> tuple:
-    "(`f()`, []), or (`None`, what went wrong, rank by rank)"
-    try: return f(), []
-    except (Exception, CheckpointException) as e: return None, _failures(e)
-
-def _sees(folder:Path):
-    if not folder.is_dir(): raise FileNotFoundError(errno.ENOENT, f'{folder}, which rank 0 created, is not there: a sharded checkpoint '
-                                                    'is written by every rank into one folder, on a filesystem every rank sees')
-
-def write_in_shards(root:Path, # The checkpoints folder
-                    step:int,  # Optimizer steps done: the checkpoint's name
-                    files:dict, # Rank 0's files, as `write_checkpoint` takes them
-                    meta:dict, # Stored in the manifest
-                    shards:dict # This rank's tensors, as `write_shards` takes them
-                   ) -> Path:
-    "Checkpoint `step`: every rank's shards, then rank 0's `files` and the manifest, then the rename; collective"
-    stack = contextlib.ExitStack()
-    tmp = on_main(lambda: stack.enter_context(checkpoint_folder(root, step)))
-    errs, written = [e for es in all_ranks(_attempt(lambda: _sees(tmp))[1]) for e in es], {}
-    if not errs:               # every rank enters DCP's collectives, or none does
-        outcomes = all_ranks(_attempt(lambda: write_shards(shards, tmp, side_group() if coordinating() else None)))
-        errs = list(dict.fromkeys(e for _, es in outcomes for e in es))
-        for own, _ in outcomes: written.update(own or {})
-    def finish():
-        with stack:
-            if errs: raise _ShardsFailed()
-            fill_checkpoint(tmp, step, files, meta, written)
-        return as_path(root)/checkpoint_name(step)
-    try: return on_main(finish)
-    except _ShardsFailed:
-        msg = f'could not write checkpoint {as_path(root)/checkpoint_name(step)}: ' + '; '.join(m for _, m in errs) + '; earlier checkpoints are unchanged'
-        code = next((c for c, _ in errs if c), None)
-        raise (OSError(code, msg) if code else RuntimeError(msg)) from None
-
-class _ShardsFailed(Exception): "A rank could not write its shards (the message is built on every rank)"
-
-# %% ../nbs/08_checkpoint.ipynb #3ba8bf9c
-def ranks_not_seeing(folder:Path) -> list:
-    "The ranks that do not see, in their `folder`, a file that rank 0 writes into its own; collective"
-    if not coordinating(): return []
-    name = on_main(lambda: commit_file(Path(folder)/f'.ddpsafe-probe-{uuid.uuid4().hex[:8]}', b'').name)
-    try: seen = all_ranks((Path(folder)/name).exists())
-    finally: on_main(lambda: (Path(folder)/name).unlink(missing_ok=True))
-    return [r for r, s in enumerate(seen) if not s]
-
-# %% ../nbs/08_checkpoint.ipynb #a8fcd4f7
-def _together(f):
-    "`f()` on every rank; a failure on any rank raised on all (each its own where it failed); collective"
-    try: res, mine = f(), None
-    except (Exception, CheckpointException) as e: res, mine = None, e
-    errs = [e for es in all_ranks(_failures(mine) if mine is not None else []) for e in es]
-    if isinstance(mine, Exception): raise mine           # this rank's own, as it was
-    if errs: raise CorruptCheckpoint('; '.join(m for _, m in dict.fromkeys(errs)))
-    return res
-
-def in_shards(man:dict) -> bool:
-    "Is the checkpoint of manifest `man` in shards?"
-    return SHARD_INDEX in man['files']
-
-def check_shards_seen(ck:Path, man:dict):
-    "Raise on every rank unless every rank sees `ck`'s shard files as `man` lists them; collective"
-    def problems():
-        out = []
-        for n, e in man['files'].items():
-            if n != SHARD_INDEX and not n.endswith('.distcp'): continue
-            try: size = (ck/n).stat().st_size
-            except FileNotFoundError: out.append(f'rank {rank()} does not see {ck/n}'); continue
-            if size != e['size']: out.append(f'rank {rank()} sees {ck/n} with {size} bytes, the manifest says {e["size"]}')
-        return out
-    if errs := [p for ps in all_ranks(problems()) for p in ps]:
-        raise CorruptCheckpoint(f'{ck}: ' + '; '.join(errs) + '; a sharded checkpoint must be in a folder every rank sees, unchanged since it was saved')
-
-def load_weight_shards(model, # The model, sharded or not
-                       ck:Path, # A checkpoint in shards
-                       index  # Its `read_shard_index`
-                      ):
-    "Load `ck`'s weights into `model`; each rank reads what it keeps"
-    m = get_model(model)
-    now = {uncompiled_key(k): v for k, v in m.state_dict().items()}
-    saved = {k[len('model.'):]: tuple(v.size) for k, v in index.state_dict_metadata.items() if k.startswith('model.')}
-    if problems := fit_problems({k: tuple(v.shape) for k, v in now.items()}, saved, {uncompiled_key(k) for k in _tied(m)}):
-        raise CheckpointMismatch(f'{ck/SHARD_INDEX} does not fit this model: {problems}')
-    read_shards({f'model.{k}': v for k, v in now.items() if k in saved}, ck)    # in place, into the parameters
-
-def _local_device(p) -> torch.device:
-    return torch.device('cpu') if p is None else (p.to_local() if isinstance(p, DTensor) else p).device
-
-def load_optimizer_shards(opt, # fastai's optimizer, of a sharded model or not
-                          skeleton, # `ck`'s `optimizer.pt`: the state with placeholders for the tensors
-                          ck:Path, index):
-    "Load `ck`'s optimizer state into `opt`; each rank reads what it keeps"
-    params, md, targets = list(opt.all_params().itemgot(0)), index.state_dict_metadata, {}
-    def target(key:str):
-        if key not in md: raise CorruptCheckpoint(f'{ck/"optimizer.pt"}: names {key}, which {ck/SHARD_INDEX} does not hold')
-        size, dtype, (_, part, i, *_) = tuple(md[key].size), md[key].properties.dtype, key.split('.') + ['', '']
-        p = params[int(i)] if part == 'state' and i.isdigit() and int(i) < len(params) else None
-        if isinstance(p, DTensor) and size == tuple(p.shape): return torch.empty_like(p, dtype=dtype)   # cut like its parameter
-        return torch.empty(size, dtype=dtype, device=_local_device(p))
-    def kept(key:str):
-        t = targets[key] = target(key)
-        return t
-    sd = fill_placeholders(skeleton, kept)
-    read_shards(targets, ck)
-    opt.load_state_dict(sd)
-
-@patch
-def load_shards(self:ModelState, d, ck:Path, index):
-    "Load checkpoint `ck`'s weight shards into the model; collective"
-    _together(lambda: load_weight_shards(self.learn.model, ck, index))
-
-@patch
-def load_shards(self:OptimizerState, skeleton, ck:Path, index):
-    "Load checkpoint `ck`'s optimizer shards, into `skeleton`'s placeholders; collective"
-    _together(lambda: load_optimizer_shards(self.learn.opt, skeleton, ck, index))
-
 # %% ../nbs/08_checkpoint.ipynb #4eb33bd5
 def claim_checkpoints(root:Path):
     "Claim `root` for this run, on rank 0"
@@ -425,79 +271,6 @@ def claim_checkpoints(root:Path):
                       'to save, rotate and clean it up. The checkpoints in it are unchanged: make it writable, or give '
                       '`CheckpointCallback` another `path`') from e
 
-# %% ../nbs/08_checkpoint.ipynb #e49dbe4e
-def upload_checkpoint(ck:Path, # A committed local checkpoint
-                      root     # Where to copy it: a checkpoints folder or URL
-                     ) -> Path:
-    "Copy checkpoint `ck` into `root` through the commit protocol, checking every file against `ck`'s manifest"
-    man = read_manifest(ck)
-    def copy(name):
-        def write_to(f):
-            with open(ck/name, 'rb') as src: shutil.copyfileobj(src, f, 1<<22)
-        return FileWriter(write_to)
-    meta = {k: v for k, v in man.items() if k not in ('format', 'step', 'time', 'files')}
-    up = write_checkpoint(root, man['step'], {n: copy(n) for n in man['files']}, meta)
-    if read_manifest(up)['files'] != man['files']:
-        discard(up, MANIFEST)
-        raise CorruptCheckpoint(f'{ck}: its files changed while they were uploaded to {up}; the copy was removed')
-    return up
-
-# %% ../nbs/08_checkpoint.ipynb #ac2e2c0b
-class Uploader:
-    "Copies committed checkpoints to another tier on a thread of its own; a newer one replaces one still waiting"
-    def __init__(self,
-                 root,          # Where the checkpoints go: a checkpoints folder or URL
-                 keep:int,      # How many of the newest to keep there (and the best)
-                 comp,          # `np.less` or `np.greater`: which metric is the best
-                 nice:int|None=19): # The thread's niceness (Linux), as `AsyncWriter`'s
-        store_attr()
-        self.pending,self.current,self.error,self.closing,self.thread = None,None,None,False,None
-        self.latest = self.uploaded = None     # the newest checkpoint submitted, and the newest one uploaded
-        self.cond = threading.Condition()
-
-    def submit(self, ck:Path):
-        "Upload `ck` when the upload in flight is done"
-        with self.cond: self.pending = self.latest = ck; self.cond.notify_all()
-        if self.thread is None:
-            self.thread = threading.Thread(target=self._loop, name='ddpsafe-uploader', daemon=True); self.thread.start()
-
-    def _loop(self):
-        if self.nice is not None: lower_priority(self.nice)
-        while True:
-            with self.cond:
-                self.cond.wait_for(lambda: self.pending is not None or self.closing)
-                if self.pending is None: return
-                self.current, self.pending = self.pending, None
-            try:
-                up = upload_checkpoint(self.current, self.root)
-                self.uploaded = self.current
-                rotate(self.root, self.keep, best=best_checkpoint(self.root, self.comp), written=up)
-            except BaseException as e: self.error = (self.current, e)
-            finally:
-                with self.cond: self.current = None; self.cond.notify_all()
-
-    def in_use(self) -> list:
-        "The checkpoints being uploaded or waiting"
-        with self.cond: return [p for p in (self.current, self.pending) if p is not None]
-
-    def wait(self, timeout:float|None=None) -> bool:
-        "Wait for every upload (at most `timeout` seconds); are they done?"
-        with self.cond: return self.cond.wait_for(lambda: self.current is None and self.pending is None, timeout)
-
-    @property
-    def behind(self) -> bool:
-        "Is the newest checkpoint submitted not uploaded (yet, or at all)?"
-        return self.latest is not None and str(self.latest) != str(self.uploaded)
-
-    def take_error(self) -> tuple|None:
-        "(checkpoint, exception) of the last failed upload, once"
-        err, self.error = self.error, None
-        return err
-
-    def close(self):
-        "Let the thread end once the upload in flight is done; drop the one waiting"
-        with self.cond: self.pending, self.closing = None, True; self.cond.notify_all()
-
 # %% ../nbs/08_checkpoint.ipynb #c3df44dd
 _CHANGES = ('model', 'optimizer', 'fit', 'parts')
 _NOT_ASKED = dict(save=False, stop=False, signal=False, timer=False)
@@ -506,24 +279,24 @@ class CheckpointCallback(Callback):
     "Save the whole training state, and resume from it"
     order = 65   # after the recorder, the schedulers and the trackers have seen the batch or epoch
     def __init__(self,
-                 path='checkpoints',  # Folder of checkpoints, relative to `learn.path`; or a URL such as `s3://bucket/run`
-                 every_epoch:int|None=1,   # Save every this many epochs; `None`: never
+                 path='checkpoints', # Folder of checkpoints, relative to `learn.path`; or a URL such as `s3://bucket/run`
+                 every_epoch:int|None=1, # Save every this many epochs; `None`: never
                  every_steps:int|None=None, # Save every this many optimizer steps; `None`: never
                  every_seconds:float|None=None, # Also save when this much wall time has passed since the last save
-                 keep:int=3,          # Keep the newest this many complete checkpoints, and the best one
-                 async_save:bool=False, # Copy at the step boundary, write in a background thread
-                 resume:bool=True,    # Start from the newest complete checkpoint in `path`
                  signals=(signal.SIGTERM, signal.SIGUSR1), # Signals that make every rank save and stop
                  save_switch:str|None='save-now', # A file of this name in `path` (in `local` when given) makes the run save now
                  stop_switch:str|None='stop-now', # A file of this name in `path` (in `local` when given) makes the run save and stop
+                 poll_seconds:float=0., # Agree on stop requests once per this many seconds of steps (0: every step)
+                 exit_code:int|None=REQUEUE_EXIT_CODE, # Exit with this after a signal's checkpoint; `None`: return from fit
+                 keep:int=3,      # Keep the newest this many complete checkpoints, and the best one
+                 monitor:str='valid_loss', # The recorded value that picks the best checkpoint to keep
+                 comp=None,       # `np.less` or `np.greater`; from `monitor`'s name when `None`
+                 async_save:bool=False, # Copy at the step boundary, write in a background thread
                  storage_options:dict|None=None, # For a URL `path` (`s3://bucket/run`): fsspec's options (credentials, `endpoint_url`...)
                  local:str|None=None, # A fast local folder (relative to `learn.path`): commit there first, upload to `path` in the background
                  upload_wait:float=60., # With `local`: after a stop by signal, wait this many seconds at most for the upload
-                 poll_seconds:float=0., # Agree on stop requests once per this many seconds of steps (0: every step)
-                 monitor:str='valid_loss', # The recorded value that picks the best checkpoint to keep
-                 comp=None,           # `np.less` or `np.greater`; from `monitor`'s name when `None`
-                 exit_code:int|None=REQUEUE_EXIT_CODE, # Exit with this after a signal's checkpoint; `None`: return from fit
-                 accept_changes=(),   # What a resume may find changed on purpose: any of 'model', 'optimizer', 'fit', 'parts'
+                 resume:bool=True, # Start from the newest complete checkpoint in `path`
+                 accept_changes=(), # What a resume may find changed on purpose: any of 'model', 'optimizer', 'fit', 'parts'
                  extra:dict|None=None): # Objects of yours to save with every checkpoint, by name: anything with `state_dict()` and `load_state_dict()`
         store_attr()
         if comp is None: self.comp = np.less if 'loss' in monitor or 'error' in monitor else np.greater
@@ -671,6 +444,7 @@ class CheckpointCallback(Callback):
         step = pos['global_step']
         with step_lock(self.learn): states, shards = self.parts.collect(sharded=self.sharded_save)   # every rank, one step boundary
         files = self.parts.contents(states, header)
+        meta['parts'] = self.parts.files_of(files)
         if self.async_save and (is_main() or self.sharded_save):     # copied now, written in the background
             files, shards = self.state_buffers.copy((files if is_main() else {}, shards))
         if self.sharded_save:

@@ -130,6 +130,8 @@ def _problems(folder, m:dict, checksums:bool) -> list:
         if size != want['size']:
             problems.append(f'{f}: {size} bytes on disk, {want["size"]} in the manifest'); continue
         if checksums and file_digest(f) != want['xxh3']: problems.append(f'{f}: checksum differs from the manifest (the file changed after it was written)')
+    for part, name in m.get('parts', {}).items():    # the training state's parts, and the file each went to
+        if name not in m['files']: problems.append(f'{folder/name}: holds part {part!r} of the training state, and the manifest does not list it')
     return problems
 
 # %% ../nbs/05_manifest.ipynb #8b135541

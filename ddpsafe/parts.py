@@ -18,7 +18,7 @@ from fastai.torch_core import get_model
 from .core import *
 from .io import writer_for
 from .snapshot import map_tensors
-from .manifest import uncompiled_key
+from .manifest import uncompiled_key, SHARD_INDEX
 from .sharded import is_sharded, full_weights, load_full_weights, full_optimizer_state, shard_optimizer_state
 from .learner import CheckpointMismatch
 
@@ -430,6 +430,12 @@ def contents(self:TrainingState,
         if not p.whole: files.setdefault(p.file, {})[p.key] = s
         elif s is not None: files[p.file] = s     # `None`: all of it is in the shards
     return files
+
+@patch
+def files_of(self:TrainingState,
+             contents:dict): # What `contents` returned
+    "The file each part went to, as the manifest records it: a part whose whole file is not written is in the shards (`SHARD_INDEX`)"
+    return {p.name: p.file if p.file in contents else SHARD_INDEX for p in self}
 
 def checkpoint_writers(contents:dict) -> dict:
     "A writer for each file of a checkpoint, in the format its name says: safetensors, else `torch.save`"
