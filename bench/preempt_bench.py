@@ -1,7 +1,9 @@
 """What `CheckpointCallback`'s stop-request agreement costs per training step: one non-blocking gloo all-reduce of
-five int32 values started at every step boundary and read one step later (`ddpsafe.preempt.StopRequests.poll`), or
-once per `poll_seconds` of steps.
+five int32 values started at a step boundary and read one step later (`ddpsafe.preempt.StopRequests.poll`), at most
+`poll_seconds` apart (`POLL_SECONDS`, 0.25 s, by default), or at every step with `poll_seconds=0`.
 
+    python bench/preempt_bench.py --at-default      # the callback at its defaults vs none, 4/10/50 ms steps, 7 reps; SIGTERM delays
+    python bench/preempt_bench.py --at-default --reps 9 --run-seconds 2 --step-ms 4,10,50
     python bench/preempt_bench.py                   # 2 CPU ranks, two model sizes, 6 repetitions
     python bench/preempt_bench.py --reps 4 --steps 100
     python bench/preempt_bench.py --polls-only      # only the poll() timings again, into the existing results
@@ -23,7 +25,20 @@ Two measurements, on 2 CPU ranks joined by gloo (`ddpsafe.testing.run_ranks`, on
    The same with `StopRequests(poll_seconds=s)` (`CheckpointCallback(poll_seconds=s)`) for each `--poll-seconds` s
    (0.1 and 0.25 by default), where one round spans about s seconds of steps: the mean of its calls is the cost per step.
 
-Results: `bench/results/preempt.json`."""
+At the default settings (`--at-default`, into `bench/results/preempt_default.json`): a tiny MLP whose training steps are
+padded with busy work after the forward pass (standing for compute; the padding is calibrated once from the unpadded step,
+the fastest of 3 short runs on the slower rank) to 4, 10 and 50 ms, trained on 2 ranks as `plain` (no callback) and with `CheckpointCallback` at its
+defaults (no periodic save), the two in alternating order in each repetition; ratio = plain steps/s / callback steps/s
+(the step time with the callback over without), the slower rank's, per repetition: median, min, max and a bootstrap 95%
+interval. Within each callback run, the time spent in its `after_batch` (where the rounds start and are read) is
+summed over the timed steps, and of it the time in `StopRequests.poll` (the agreement itself): their share of the run's
+time, the rank that spends most, per repetition; a direct measure that
+a shared machine's drifting load blurs far less than the A/B ratio. Then, per repetition and step length, a third run with the callback where rank 1 sends itself SIGTERM at a random
+moment 0.2-0.8 s after the warm-up: the delay from the `os.kill` to the moment the signal's checkpoint begins, and whether
+both ranks began it at the same step. The bound it is checked against is max(poll_seconds, step) + step. `uptime` before
+and after is recorded beside the results: on a shared machine, read the load with the numbers.
+
+Results: `bench/results/preempt.json`, `bench/results/preempt_default.json`."""
 from __future__ import annotations
 import os, sys, json, time, random, argparse, platform, datetime, statistics, tempfile, shutil, warnings
 from pathlib import Path
@@ -35,6 +50,7 @@ sys.path.insert(0, str(HERE.parent))
 MODELS = {   # name: (input features, hidden width, hidden layers, batch size per rank)
     'small':  (256, 512, 2, 64),
     'medium': (512, 1536, 3, 64),
+    'tiny':   (32, 64, 1, 16),          # `--at-default`: its steps are padded with busy work to the lengths measured
 }
 
 def make_learner(model:str, steps:int, path:str):
@@ -61,10 +77,12 @@ def step_timer(warmup:int):
     "A callback recording the time of every training step boundary (after `CheckpointCallback`'s poll)"
     from fastai.callback.core import Callback
     class StepTimer(Callback):
-        order = 70
+        order, on_warm = 70, None      # `on_warm`: called once the warm-up steps are done
         def before_fit(self): self.times = []
         def after_batch(self):
-            if self.training: self.times.append(time.perf_counter())
+            if not self.training: return
+            self.times.append(time.perf_counter())
+            if len(self.times) == warmup and self.on_warm: self.on_warm()
         def rate(self):
             t = self.times[warmup:]
             return (len(t) - 1)/(t[-1] - t[0]), statistics.median(b - a for a, b in zip(t, t[1:]))
@@ -188,18 +206,176 @@ def summarize(ranks:list, models:list) -> dict:
     for v in o['poll_spaced_by'].values(): v['met'] = bool(max(v['pct_per_rank']) <= 1.0)
     return dict(models=out, poll_per_rank=[r['poll'] for r in ranks])
 
+# ---------------------------------------------------------------------------------------------------------------
+# At the default settings: step time with / without the callback at 4, 10 and 50 ms steps, and the delay of a SIGTERM
+
+STEP_MS = (4, 10, 50)
+
+def paced_learner(steps:int, path:str, pad_s:float, warmup:int):
+    "A tiny DDP-able MLP whose steps are padded with `pad_s` seconds of busy work (standing for compute) after the forward pass"
+    from fastai.callback.core import Callback
+    learn = make_learner('tiny', steps, path)
+    class Pad(Callback):
+        order = -5
+        def after_pred(self):
+            if not self.training: return
+            t = time.perf_counter() + pad_s
+            while time.perf_counter() < t: pass
+    learn.add_cb(Pad())
+    return learn
+
+def default_callback(**kwargs):
+    "`CheckpointCallback` at its defaults, saving nothing during training (its one save at the end of fit is not timed)"
+    from ddpsafe.checkpoint import CheckpointCallback
+    return CheckpointCallback(every_epoch=None, every_steps=None, resume=False, exit_code=None, **kwargs)
+
+def paced_run(steps:int, pad_s:float, variant:str, warmup:int, signal_after:float|None=None) -> dict:
+    """One DDP fit of `steps` padded steps: 'plain' or 'callback'; with `signal_after` seconds, rank 1 sends itself SIGTERM that long
+    after the warm-up and the run records when, and when and at which step each rank began the signal's checkpoint"""
+    import signal, threading, torch.distributed as dist
+    folder = tempfile.mkdtemp(prefix='ddpsafe-preempt-bench-')
+    try:
+        learn, timer = paced_learner(steps, folder, pad_s, warmup), step_timer(warmup)
+        cbs, seen = [timer], {}
+        if variant == 'callback':
+            cb = default_callback()
+            stock_save = type(cb).save
+            def save(reason='request', **kw):
+                if reason == 'signal': seen.update(saved_at=time.monotonic(), step=cb.position()['global_step'])
+                return stock_save(cb, reason, **kw)
+            cb.save = save
+            stock_after_batch, inside = cb.after_batch, []
+            def after_batch():                                            # the callback's own time at each step boundary
+                t = time.perf_counter()
+                try: return stock_after_batch()
+                finally: inside.append(time.perf_counter() - t)
+            cb.after_batch = after_batch
+            cbs.append(cb)
+        from ddpsafe.preempt import StopRequests
+        stock_poll, in_poll = StopRequests.poll, []
+        def poll(self, *args, **kw):                                      # of which the agreement itself
+            t = time.perf_counter()
+            try: return stock_poll(self, *args, **kw)
+            finally: in_poll.append(time.perf_counter() - t)
+        if signal_after is not None and dist.get_rank() == 1:
+            def send(): seen['sent_at'] = time.monotonic(); os.kill(os.getpid(), signal.SIGTERM)
+            timer.on_warm = lambda: threading.Timer(signal_after, send).start()
+        StopRequests.poll = poll
+        try:
+            with learn.distrib_ctx(): learn.fit(1, 1e-3, cbs=cbs)
+        finally: StopRequests.poll = stock_poll
+        out = dict(steps=len(timer.times), **seen)
+        if signal_after is None: out.update(zip(('steps_per_s', 'median_step_s'), timer.rate()))
+        if signal_after is None and variant == 'callback':
+            t = inside[warmup:]
+            p = in_poll[warmup:len(inside)]
+            out.update(callback_mean_s=statistics.mean(t), callback_share_of_step=statistics.mean(t)*out['steps_per_s'],
+                       poll_mean_s=statistics.mean(p), poll_share_of_step=statistics.mean(p)*out['steps_per_s'])
+        return out
+    finally: shutil.rmtree(folder, ignore_errors=True)
+
+def paced_worker(step_ms:tuple, reps:int, warmup:int, run_s:float, seed:int) -> dict:
+    "On one rank: calibrate the padding of each step length, then per repetition and step length the pair (order alternated) and a signal run"
+    import torch.distributed as dist
+    import fastai.distributed, ddpsafe.all
+    warnings.filterwarnings('ignore')
+    base = min(paced_run(40, 0., 'plain', warmup)['median_step_s'] for _ in range(3))   # the tiny model's own step, unpadded; a load spike is not it
+    t = torch.tensor([base]); dist.all_reduce(t, op=dist.ReduceOp.MAX); base = float(t)
+    pads = {ms: max(0., ms/1e3 - base) for ms in step_ms}
+    rng = random.Random(seed)                                              # the same draws on both ranks
+    out = dict(base_step_s=base, pads=pads, runs={ms: [] for ms in step_ms}, signals={ms: [] for ms in step_ms})
+    for rep in range(reps):
+        for ms in step_ms:
+            step = max(ms/1e3, base)                                      # a loaded machine may not reach the shortest
+            steps = warmup + max(60, int(run_s/step))
+            order = ['plain', 'callback'] if rep % 2 == 0 else ['callback', 'plain']
+            res = {}
+            for v in order:
+                dist.barrier(); res[v] = paced_run(steps, pads[ms], v, warmup)
+            out['runs'][ms].append(dict(order=order, **res))
+            after = rng.uniform(0.2, 0.2 + 0.6)                           # seconds after the warm-up
+            dist.barrier()
+            out['signals'][ms].append(dict(signal_after=after, **paced_run(warmup + int(3/(ms/1e3)) + 50, pads[ms], 'callback', warmup, after)))
+    return out
+
+def summarize_paced(ranks:list, step_ms:tuple, poll_seconds:float) -> dict:
+    "Per step length: the step-time ratio callback / plain per repetition (slowest rank each), and the SIGTERM delays"
+    out = {}
+    for ms in step_ms:
+        reps = list(zip(*[r['runs'][ms] for r in ranks]))
+        plain = [max(x['plain']['median_step_s'] for x in rep) for rep in reps]
+        ratio = [min(x['plain']['steps_per_s'] for x in rep) / min(x['callback']['steps_per_s'] for x in rep) for rep in reps]
+        sig = list(zip(*[r['signals'][ms] for r in ranks]))
+        delays = [max(x['saved_at'] for x in rep) - rep[1]['sent_at'] for rep in sig if all('saved_at' in x for x in rep)]
+        same = [len({x.get('step') for x in rep}) == 1 and all('saved_at' in x for x in rep) for rep in sig]
+        step = statistics.median(plain)
+        bound = max(poll_seconds, step) + step
+        share = [max(x['callback']['callback_share_of_step'] for x in rep) for rep in reps]    # the rank that spends most in it
+        polls = [max(x['callback']['poll_share_of_step'] for x in rep) for rep in reps]
+        out[str(ms)] = dict(target_step_ms=ms, plain_median_step_ms=step*1e3, reps=len(ratio),
+                            ratio_per_rep=ratio, ratio_median=statistics.median(ratio), ratio_min=min(ratio), ratio_max=max(ratio),
+                            ratio_ci95=bootstrap(ratio), overhead_pct_median=(statistics.median(ratio) - 1)*100, goal='ratio <= 1.01',
+                            met=bool(statistics.median(ratio) <= 1.01),
+                            in_callback_pct_per_rep=[x*100 for x in share], in_callback_pct_median=statistics.median(share)*100,
+                            in_callback_pct_min=min(share)*100, in_callback_pct_max=max(share)*100,
+                            in_poll_pct_per_rep=[x*100 for x in polls], in_poll_pct_median=statistics.median(polls)*100,
+                            in_poll_pct_min=min(polls)*100, in_poll_pct_max=max(polls)*100,
+                            signal_runs=len(sig), signal_saved_on_every_rank_at_one_step=sum(same),
+                            delay_s_per_run=delays, delay_s_median=statistics.median(delays) if delays else None,
+                            delay_s_max=max(delays) if delays else None, delay_bound_s=bound,
+                            delays_within_bound=sum(d <= bound for d in delays))
+    return out
+
+def run_paced(a) -> dict:
+    "`--at-default`: the whole measurement on 2 ranks, written to `--out`"
+    import inspect, subprocess
+    from ddpsafe.testing import run_ranks
+    from ddpsafe.checkpoint import CheckpointCallback
+    from ddpsafe.preempt import POLL_SECONDS
+    poll = inspect.signature(CheckpointCallback).parameters['poll_seconds'].default
+    if poll != POLL_SECONDS: print(f'note: CheckpointCallback\'s default poll_seconds is {poll}, StopRequests\' is {POLL_SECONDS}: measuring the callback\'s')
+    step_ms = tuple(int(x) for x in a.step_ms.split(','))
+    uptime = lambda: subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()
+    load_before, t0 = uptime(), time.time()
+    ranks = run_ranks(paced_worker, n=2, args=(step_ms, a.reps, a.warmup, a.run_seconds, a.seed), timeout=3000)
+    res = dict(benchmark='preempt at default settings', date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+               machine=dict(cores=os.cpu_count(), platform=platform.platform(), python=platform.python_version(), torch=torch.__version__,
+                            uptime_before=load_before, uptime_after=uptime()),
+               ranks=2, backend='gloo', torch_threads_per_rank=1, poll_seconds=poll, POLL_SECONDS=POLL_SECONDS, reps=a.reps,
+               warmup_steps=a.warmup, run_seconds=a.run_seconds,
+               command=' '.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+               step_lengths=summarize_paced(ranks, step_ms, poll), raw=ranks, seconds=time.time() - t0)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(res, indent=1, default=str))
+    print(f"load before: {res['machine']['uptime_before']}\nload after:  {res['machine']['uptime_after']}")
+    for ms, r in res['step_lengths'].items():
+        print(f"{ms} ms target ({r['plain_median_step_ms']:.1f} ms measured): step time with / without the callback, median {r['ratio_median']:.4f} "
+              f"(min {r['ratio_min']:.4f}, max {r['ratio_max']:.4f}, {r['reps']} reps); time in the callback {r['in_callback_pct_median']:.2f}% of the step "
+              f"(min {r['in_callback_pct_min']:.2f}, max {r['in_callback_pct_max']:.2f}), in its poll() {r['in_poll_pct_median']:.2f}%; SIGTERM to the saved step: median "
+              f"{r['delay_s_median']:.3f} s, max {r['delay_s_max']:.3f} s (bound {r['delay_bound_s']:.3f} s, {r['delays_within_bound']}/{len(r['delay_s_per_run'])} within); "
+              f"{r['signal_saved_on_every_rank_at_one_step']}/{r['signal_runs']} saved on both ranks at one step")
+    print(f"wrote {a.out} in {res['seconds']:.0f}s")
+    return res
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--models', default='small,medium', help=f'comma separated, from {list(MODELS)}')
     p.add_argument('--steps', type=int, default=None, help='training steps per run (default: 400 small, 150 medium)')
-    p.add_argument('--reps', type=int, default=6, help='repetitions; each runs every variant once (default 6)')
+    p.add_argument('--reps', type=int, default=None, help='repetitions; each runs every variant once (default 6; 7 with --at-default)')
     p.add_argument('--warmup', type=int, default=5, help='steps left out at the start of every run')
     p.add_argument('--polls', type=int, default=2000, help='calls of StopRequests.poll timed on their own')
-    p.add_argument('--out', default=str(HERE/'results'/'preempt.json'))
+    p.add_argument('--out', default=None, help='default: bench/results/preempt.json (preempt_default.json with --at-default)')
+    p.add_argument('--at-default', action='store_true', help='CheckpointCallback at its default settings against no callback at --step-ms, and the SIGTERM delay')
+    p.add_argument('--step-ms', default=','.join(map(str, STEP_MS)), help='with --at-default: the step lengths, ms, comma separated')
+    p.add_argument('--run-seconds', type=float, default=2.5, help='with --at-default: seconds of timed steps per run (at least 60 steps)')
+    p.add_argument('--seed', type=int, default=0, help='with --at-default: the seed of the signal times')
     p.add_argument('--resummarize', action='store_true', help='only recompute the summaries of an existing --out from its raw timings')
     p.add_argument('--polls-only', action='store_true', help="only time poll() again, at the step time of --out's shortest model, and resummarize")
     p.add_argument('--poll-seconds', default='0.1,0.25', help="the poll_seconds values to time poll() with as well, comma separated (default 0.1,0.25)")
     a = p.parse_args(argv)
+    a.out = a.out or str(HERE/'results'/('preempt_default.json' if a.at_default else 'preempt.json'))
+    a.reps = a.reps or (7 if a.at_default else 6)
+    if a.at_default: return run_paced(a)
     spans = tuple(float(x) for x in a.poll_seconds.split(','))
     if a.polls_only:
         from ddpsafe.testing import run_ranks

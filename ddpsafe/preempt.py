@@ -1,4 +1,4 @@
-"""A signal handler that only raises a flag, switch files that one rank looks for, and an agreement one round late, so that every rank saves and stops at the same step, for the price of a small non-blocking all-reduce per step (or per `poll_seconds` of steps).
+"""A signal handler that only raises a flag, switch files that one rank looks for, and rounds of agreement read one step after they start, so that every rank saves and stops at the same step, for the price of a small non-blocking all-reduce a few times a second: a stop request is acted on at most `poll_seconds` (0.25 s by default) plus one step after it arrives.
 
 Docs: https://ddpsafe.github.io/ddpsafe/preempt.html.md"""
 
@@ -15,27 +15,29 @@ from .core import *
 from .commit import is_url, as_path
 
 # %% auto #0
-__all__ = ['REMOTE_SWITCH_SECONDS', 'MAX_STEPS_PER_ROUND', 'WORKER_GRACE_SECONDS', 'WORKER_START_SECONDS', 'WORKER_START_TRIES',
-           'StopRequests', 'stop_signals', 'signals_blocked', 'stop_workers', 'fork_deadlock_prone', 'WorkerStartError',
-           'stuck_workers', 'watch_worker_start', 'REQUEUE_EXIT_CODE']
+__all__ = ['POLL_SECONDS', 'REMOTE_SWITCH_SECONDS', 'MAX_STEPS_PER_ROUND', 'WORKER_GRACE_SECONDS', 'WORKER_START_SECONDS',
+           'WORKER_START_TRIES', 'StopRequests', 'stop_signals', 'signals_blocked', 'stop_workers',
+           'fork_deadlock_prone', 'WorkerStartError', 'stuck_workers', 'watch_worker_start', 'REQUEUE_EXIT_CODE']
 
 # %% ../nbs/06_preempt.ipynb #d35fd14c
 from .manifest import REQUEUE_EXIT_CODE   # 75: sysexits' EX_TEMPFAIL, 'try again'; defined with the checkpoint format, which `ddpsafe-status` reads
 _all_ = ['REQUEUE_EXIT_CODE']
 
 # %% ../nbs/06_preempt.ipynb #d28cbed6
+POLL_SECONDS = 0.25   # the default `poll_seconds`: a request waits at most this, plus one step, to be agreed
+
 class StopRequests:
-    "Stop signals and switch files, agreed across ranks a round late"
+    "Stop signals and switch files, agreed across ranks in rounds at most `poll_seconds` apart"
     def __init__(self,
                  signals=(signal.SIGTERM, signal.SIGUSR1), # Signals that ask for a checkpoint and a stop
                  folder:Path|str|None=None,  # Where rank 0 looks for the switch files
                  save_switch:str|None='save-now',  # A file of this name in `folder`: save, go on
                  stop_switch:str|None='stop-now', # A file of this name in `folder`: save and stop
-                 poll_seconds:float=0.): # Seconds of steps one round of agreement spans at least, by rank 0's clock; 0: every step
+                 poll_seconds:float=POLL_SECONDS): # At most this many seconds of steps between two rounds, by rank 0's clock; 0: a round every step
         self.signals,self.folder,self.save_switch,self.stop_switch = tuple(signals or ()),folder,save_switch,stop_switch
         self.signalled,self._previous,self._pending,self._stuck,self._listed = None,{},None,set(),float('-inf')
         self.poll_seconds,self.every,self._since,self._timer,self._started = poll_seconds,1,0,False,None
-        self._rounds = [torch.zeros(5, dtype=torch.int32) for _ in range(2)]   # this round's values, and the one in flight
+        self._values = torch.zeros(5, dtype=torch.int32)   # a round's values: signal, save switch, stop switch, timer, steps to the next round
 
 # %% ../nbs/06_preempt.ipynb #4da06abb
 from fastcore.basics import patch
@@ -99,30 +101,39 @@ MAX_STEPS_PER_ROUND = 100
 
 @patch
 def _steps_per_round(self:StopRequests) -> int:
-    "How many steps the next round spans: about `poll_seconds` at the pace of the last one, at least one"
+    "How many steps until the next round starts: at most `poll_seconds` at the pace of the last round, at least one"
     now, started, self._started = time.monotonic(), self._started, time.monotonic()
     if started is None or not self.poll_seconds or not coordinating(): return 1     # alone, there is no all-reduce to wait for
     step = (now - started) / max(self._since, 1)
     return max(1, min(MAX_STEPS_PER_ROUND, int(self.poll_seconds / step))) if step > 0 else MAX_STEPS_PER_ROUND
 
 @patch
+def _start(self:StopRequests):
+    "Start a round: this rank's requests and, from rank 0, how many steps until the next round"
+    save_sw, stop_sw = self._switches()
+    every = self._steps_per_round() if is_main() else 0
+    self._values.numpy()[:] = (self.signalled is not None, save_sw, stop_sw, self._timer, every)
+    self._since, self._timer = 0, False
+    work = dist.all_reduce(self._values, op=dist.ReduceOp.MAX, group=side_group(), async_op=True) if coordinating() else _Done()
+    self._pending = (work, self._values)
+
+@patch
+def _read(self:StopRequests) -> dict:
+    "Wait for the round in flight: what any rank asked, the same on every rank"
+    (work, values), self._pending = self._pending, None
+    work.wait()
+    sig, save, stop, timer, self.every = values.tolist()
+    return dict(save=bool(sig or save or stop), stop=bool(sig or stop), signal=bool(sig), timer=bool(timer))
+
+@patch
 def poll(self:StopRequests,
          timer:bool=False # This rank's clock says a timed save is due (rank 0's is the one that counts)
         ) -> dict:
-    "Called at every step: the last round's `save`, `stop`, `signal`, `timer` when a round ends here"
+    "Called at every step: `save`, `stop`, `signal`, `timer` as agreed in the round started at the step before, if one was"
     self._since += 1; self._timer |= timer
-    if self._pending is not None and self._since < self.every: return dict(_NOTHING)
-    save_sw, stop_sw = self._switches()
-    every = self._steps_per_round() if is_main() else 0
-    mine = self._rounds[0]; self._rounds.reverse()
-    mine.numpy()[:] = (self.signalled is not None, save_sw, stop_sw, self._timer, every)
-    prev, self._pending, self._since, self._timer = self._pending, None, 0, False
-    if coordinating(): self._pending = (dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=side_group(), async_op=True), mine)
-    else: self._pending = (_Done(), mine)
-    if prev is None: return dict(_NOTHING)
-    prev[0].wait()
-    sig, save, stop, timer, self.every = prev[1].tolist()
-    return dict(save=bool(sig or save or stop), stop=bool(sig or stop), signal=bool(sig), timer=bool(timer))
+    asked = self._read() if self._pending is not None else dict(_NOTHING)
+    if self._since >= self.every: self._start()
+    return asked
 
 class _Done:
     "A finished `Work`, for a single process"
@@ -132,11 +143,9 @@ class _Done:
 @patch
 def last_round(self:StopRequests) -> dict:
     "At a loop's end: the requests of the round in flight and of one more, the same on every rank"
-    asked = dict(_NOTHING)
-    for _ in range(2):
-        self.every = 0                      # no steps left to span: close the round now
-        asked = {k: v or asked[k] for k, v in self.poll().items()}
-    return asked
+    asked = self._read() if self._pending is not None else dict(_NOTHING)
+    self._start()                           # no steps left to span: this rank's requests now, waited for at once
+    return {k: v or asked[k] for k, v in self._read().items()}
 
 # %% ../nbs/06_preempt.ipynb #701537c6
 def stop_signals() -> set:

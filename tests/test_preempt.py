@@ -16,6 +16,7 @@ import os, sys, time, shutil, random, signal, subprocess, tempfile, statistics, 
 from pathlib import Path
 import pytest
 from ddpsafe.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint, read_manifest, checkpoint_name
+from ddpsafe.preempt import POLL_SECONDS, MAX_STEPS_PER_ROUND
 
 from conftest import train_ckpt, counts, fail_msg
 tc = train_ckpt()
@@ -101,27 +102,37 @@ def test_sigterm_one_random_rank(folder, runs):
           f'the uninterrupted run\n  ' + '\n  '.join(map(str, stops)))
 
 # ---------------------------------------------------------------------------------------------------------------
-# poll_seconds: one round of agreement spans several short steps
+# poll_seconds: rounds of agreement spaced in time; at the default (POLL_SECONDS) one round spans many short steps
+
+DEFAULT_POLL = ('--poll-seconds', str(POLL_SECONDS))   # the script passes 0 (a round every step) unless told otherwise
 
 @pytest.mark.timeout(600)
-def test_poll_seconds_signal_stop_and_resume(folder):
-    "With `poll_seconds`, SIGTERM to one rank still stops both ranks at one step with one checkpoint, and the resume is bit-identical"
-    n_epoch, args = 20, ('--slow', '0.01', '--poll-seconds', '0.2')      # 10 ms steps: a round spans up to 20 of them; 60 steps
-    whole = tc.baseline(n_epoch)
+@pytest.mark.parametrize('accum', [1, 2], ids=['no-accum', 'accum2'])
+def test_default_poll_signal_stop_and_resume(folder, accum):
+    """At the default `poll_seconds`, SIGTERM to one rank still stops both ranks at one optimizer step with one checkpoint,
+    also under fastai's `GradientAccumulation` (the save waits for the window's optimizer step); the resume is bit-identical"""
+    n_epoch, train = 20, ('--accum', str(accum))                       # 60 batches of ~10 ms: a round spans up to ~25 of them
+    args = (*train, '--slow', '0.01', *DEFAULT_POLL)
+    whole = tc.baseline(n_epoch, *train)
     codes, outs, res = tc.run(folder, n_epoch, *args, '--kill', 'SIGTERM:1:6', timeout=180)
-    s, m = check_signal_stop(folder, codes, outs, res, 6)              # after step 6, where rank 1 was signalled
-    assert s <= 6 + 2*20, f'the stop came {s - 6} steps after the signal: more than two rounds'
+    s, m = check_signal_stop(folder, codes, outs, res, 6 // accum)    # after batch 6, where rank 1 was signalled
+    batches = m['epoch']*PER_EPOCH + m['iter']                        # training batches done when the checkpoint was taken
+    assert batches == s*accum, f'checkpoint of step {s} taken after batch {batches}: not at the end of an accumulation window'
+    assert 6 < batches <= 6 + MAX_STEPS_PER_ROUND + accum, f'the stop came {batches - 6} batches after the signal: more than a round and a step'
     finish_chain(folder, whole, n_epoch, *args)
-    print(f'\n[poll_seconds=0.2] SIGTERM to rank 1 after step 6: both ranks stopped at step {s}, resumed bit-identical')
+    print(f'\n[poll_seconds={POLL_SECONDS}, accumulation {accum}] SIGTERM to rank 1 after batch 6: both ranks stopped at '
+          f'optimizer step {s} (batch {batches}), resumed bit-identical')
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize('poll_seconds', ['0', '0.2'])
-def test_signal_in_the_last_round(folder, poll_seconds):
+@pytest.mark.parametrize('poll_seconds,accum', [('0', 1), (str(POLL_SECONDS), 1), (str(POLL_SECONDS), 2)],
+                         ids=['every-step', 'default', 'default-accum2'])
+def test_signal_in_the_last_round(folder, poll_seconds, accum):
     "SIGTERM to rank 1 after the poll of the last step: agreed at the fit's end, both ranks exit 75, and the rerun ends the run"
-    n_epoch, args = 8, ('--slow', '0.01', '--poll-seconds', poll_seconds)
-    whole = tc.baseline(n_epoch)
-    last = n_epoch * PER_EPOCH
-    codes, outs, res = tc.run(folder, n_epoch, *args, '--kill', f'SIGTERM:1:{last}', timeout=180)
+    n_epoch, train = 8, ('--accum', str(accum))
+    args = (*train, '--slow', '0.01', '--poll-seconds', poll_seconds)
+    whole = tc.baseline(n_epoch, *train)
+    batches = n_epoch * PER_EPOCH; last = batches // accum             # the last batch ends an accumulation window
+    codes, outs, res = tc.run(folder, n_epoch, *args, '--kill', f'SIGTERM:1:{batches}', timeout=180)
     assert codes == [75, 75], f'exit codes {codes}: the signal in the last round was not acted on by every rank\n' + fail_msg(outs)
     assert [o['steps'] for o in res] == [last, last], fail_msg(outs)
     assert outs[0].count('ddpsafe: stopping at step') == 1 and f'ddpsafe: stopping at step {last} after a signal' in outs[0], outs[0][-3000:]
@@ -130,7 +141,15 @@ def test_signal_in_the_last_round(folder, poll_seconds):
     assert read_manifest(ck)['finished'], 'the fit had run to its end: its checkpoint is the finished one'
     outs = finish_chain(folder, whole, n_epoch, *args, said='ddpsafe: this fit already finished')
     assert 'STEP' not in outs[0], 'the rerun of a finished run trained again'
-    print(f'\n[poll_seconds={poll_seconds}] SIGTERM to rank 1 after the last step ({last}): both ranks exited 75; the rerun trained nothing')
+    print(f'\n[poll_seconds={poll_seconds}, accumulation {accum}] SIGTERM to rank 1 after the last batch ({batches}): both ranks '
+          f'exited 75 at step {last}; the rerun trained nothing')
+
+@pytest.mark.timeout(300)
+def test_every_step_poll_saves_at_the_next_step(folder):
+    "`poll_seconds=0`: a round at every step; SIGTERM to rank 1 after step 6 is saved at step 7 on both ranks, the very next boundary"
+    codes, outs, res = tc.run(folder, N_EPOCH, '--poll-seconds', '0', '--kill', 'SIGTERM:1:6', timeout=180)
+    s, m = check_signal_stop(folder, codes, outs, res, 6)
+    assert s == 7, f'stopped at step {s}: with a round at every step, the round of step 6 carries the signal and step 7 acts on it'
 
 # ---------------------------------------------------------------------------------------------------------------
 # SIGKILL of rank 0 in the middle of saves

@@ -3,7 +3,7 @@
 Used by `tests/test_checkpoint.py` (issue 4) and `tests/test_preempt.py` (issue 5).
 
     python train_ckpt.py PATH N_EPOCH [--fit one_cycle|fit|fine_tune] [--every-steps N] [--every-epoch N] [--keep N]
-                         [--slow SECS] [--poll-seconds SECS] [--model-mb MB] [--out FILE] [--touch NAME:STEP] [--kill SIG:RANK:STEP]
+                         [--slow SECS] [--poll-seconds SECS] [--accum N] [--model-mb MB] [--out FILE] [--touch NAME:STEP] [--kill SIG:RANK:STEP]
                          [--exit-code N|none] [--best-max] [--no-resume] [--trace-fs] [--fsdp] [--start-out FILE] [--stall-shards STEP] ...
 
 `PATH` is the learner's path; checkpoints go to `PATH/checkpoints`. The run is `synth_learner(path=PATH, seed=0)` (a
@@ -37,6 +37,7 @@ def parse_args(argv=None):
     p.add_argument('--keep', type=int, default=3)
     p.add_argument('--slow', type=float, default=0., help='seconds to sleep after every optimizer step')
     p.add_argument('--poll-seconds', type=float, default=0., help="CheckpointCallback's poll_seconds")
+    p.add_argument('--accum', type=int, default=1, help="fastai's GradientAccumulation over this many batches (1: none)")
     p.add_argument('--model-mb', type=float, default=0., help='an MLP with about this many MB of weights instead of Linear(4,1)')
     p.add_argument('--out', default=None)
     p.add_argument('--start-out', default=None, help="FILE: write the weights and optimizer state the fit starts from (after a resume) to FILE.rank{r}")
@@ -139,11 +140,15 @@ def main(argv=None) -> int:
                           comp=np.greater if a.best_max else None,
                           exit_code=None if a.exit_code == 'none' else int(a.exit_code))
     res = dict(rank=r, world=world, code=0, error=None)
+    cbs = [cb]
+    if a.accum > 1:
+        from fastai.callback.training import GradientAccumulation
+        cbs.append(GradientAccumulation(n_acc=a.accum*learn.dls.bs))   # counts items: `accum` batches a step
     try:
         with (learn.fsdp_ctx() if a.fsdp else learn.distrib_ctx()):
-            if a.fit == 'one_cycle': learn.fit_one_cycle(a.n_epoch, 1e-2, cbs=cb)
-            elif a.fit == 'fit': learn.fit(a.n_epoch, 1e-2, cbs=cb)
-            else: learn.fine_tune(a.n_epoch, 1e-2, freeze_epochs=1, cbs=cb)
+            if a.fit == 'one_cycle': learn.fit_one_cycle(a.n_epoch, 1e-2, cbs=cbs)
+            elif a.fit == 'fit': learn.fit(a.n_epoch, 1e-2, cbs=cbs)
+            else: learn.fine_tune(a.n_epoch, 1e-2, freeze_epochs=1, cbs=cbs)
     except SystemExit as e: res['code'] = e.code if isinstance(e.code, int) else 1
     except BaseException as e:
         res.update(code=1, error=f'{type(e).__name__}: {e}', error_time=time.time())
