@@ -24,7 +24,7 @@ from .io import safe_load, prepare_dir, UnsafePickleError
 from .commit import is_url, as_path, discard, FileWriter, errno_of, commit_file
 from .manifest import *
 from .owner import claim_folder
-from .preempt import StopRequests, REQUEUE_EXIT_CODE
+from .preempt import StopRequests, REQUEUE_EXIT_CODE, POLL_SECONDS
 from .snapshot import StateBuffers, AsyncWriter, lower_priority, map_tensors
 from torch.distributed.tensor import DTensor
 from torch.distributed.checkpoint.api import CheckpointException
@@ -286,7 +286,7 @@ class CheckpointCallback(Callback):
                  signals=(signal.SIGTERM, signal.SIGUSR1), # Signals that make every rank save and stop
                  save_switch:str|None='save-now', # A file of this name in `path` (in `local` when given) makes the run save now
                  stop_switch:str|None='stop-now', # A file of this name in `path` (in `local` when given) makes the run save and stop
-                 poll_seconds:float=0., # Agree on stop requests once per this many seconds of steps (0: every step)
+                 poll_seconds:float=POLL_SECONDS, # At most this many seconds between two rounds of the stop-request agreement: a request is acted on within max(poll_seconds, one step) + one step; 0: a round every step
                  exit_code:int|None=REQUEUE_EXIT_CODE, # Exit with this after a signal's checkpoint; `None`: return from fit
                  keep:int=3,      # Keep the newest this many complete checkpoints, and the best one
                  monitor:str='valid_loss', # The recorded value that picks the best checkpoint to keep
