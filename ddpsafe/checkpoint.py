@@ -7,7 +7,6 @@ Docs: https://ddpsafe.github.io/ddpsafe/checkpoint.html.md"""
 # %% ../nbs/08_checkpoint.ipynb #b489a2a4
 from __future__ import annotations
 import sys, time, uuid, errno, random, shutil, signal, threading, warnings, weakref, contextlib
-from functools import partial
 from pathlib import Path
 import numpy as np, torch
 import torch.utils.data as tud
@@ -20,7 +19,7 @@ from fastai.callback.core import Callback, CancelFitException, CancelEpochExcept
 from fastai.torch_core import get_model
 import ddpsafe
 from .core import *
-from .io import safe_load, prepare_dir, UnsafePickleError
+from .io import safe_load, prepare_dir, torch_writer, UnsafePickleError
 from .commit import is_url, as_path, discard, FileWriter, errno_of, commit_file
 from .manifest import *
 from .owner import claim_folder
@@ -34,16 +33,20 @@ from .sharded import SHARD_PLACEHOLDER, fill_placeholders, write_shards, read_sh
 import ddpsafe.fsdp   # learn.fsdp_ctx
 from .learner import fastai_safe_globals, CheckpointMismatch, fastai_stock
 from .callbacks import training_fit, at_fit_end, patch_fastai
-from .parts import *
-from .parts import _loaded, _plain, _tied
 
+def _loaded(module:str, name:str):
+    "Class `name` of fastai's `module` if imported, else `()`"
+    return getattr(sys.modules.get(module), name, ())
 
 # %% auto #0
-__all__ = ['step_lock', 'RunState', 'run_state', 'model_signature', 'optimizer_signature', 'fit_method', 'fit_signature',
-           'setup_signature', 'setup_changes', 'best_checkpoint', 'choose_checkpoint', 'read_checkpoint_file',
-           'check_setup', 'resume_message', 'position_in', 'world_change_message', 'shard_state', 'write_in_shards',
-           'ranks_not_seeing', 'in_shards', 'check_shards_seen', 'load_weight_shards', 'load_optimizer_shards',
-           'claim_checkpoints', 'upload_checkpoint', 'Uploader', 'CheckpointCallback']
+__all__ = ['step_lock', 'model_weights', 'load_weights', 'rng_state', 'set_rng_state', 'rank_rng_state', 'RunState', 'run_state',
+           'unknown_order', 'loader_kind', 'loader_name', 'loader_state', 'set_loader_state', 'model_signature',
+           'optimizer_signature', 'fit_method', 'fit_signature', 'setup_signature', 'setup_changes', 'ModelState',
+           'OptimizerState', 'RecorderState', 'TrackerState', 'LoaderState', 'RNGState', 'loader_note',
+           'stop_persistent_workers', 'training_parts', 'checkpoint_files', 'best_checkpoint', 'choose_checkpoint',
+           'read_checkpoint_file', 'check_setup', 'resume_message', 'position_in', 'world_change_message',
+           'shard_state', 'write_in_shards', 'ranks_not_seeing', 'in_shards', 'check_shards_seen', 'load_weight_shards',
+           'load_optimizer_shards', 'claim_checkpoints', 'upload_checkpoint', 'Uploader', 'CheckpointCallback']
 
 # %% ../nbs/08_checkpoint.ipynb #9f2b6736
 _locks = fastai.learner.__dict__.setdefault('_ddpsafe_step_locks', weakref.WeakKeyDictionary())   # one per process, however often this runs
@@ -62,6 +65,33 @@ def _do_grad_opt(self:Learner):
     with step_lock(self): self._with_events(self._step, 'step', CancelStepException)
     self.opt.zero_grad()
 
+# %% ../nbs/08_checkpoint.ipynb #bf67af9c
+def model_weights(model) -> dict:
+    "The unwrapped model's `state_dict` under plain keys, each shared tensor once; a sharded model's gathered on rank 0 (collective)"
+    seen, out, m = set(), {}, get_model(model)
+    for k, v in (full_weights(m) if is_sharded(m) else m.state_dict()).items():
+        key = (v.device, v.data_ptr(), v.dtype, tuple(v.shape))
+        if v.numel() and key in seen: continue
+        seen.add(key); out[uncompiled_key(k)] = v
+    return out
+
+def _tied(m) -> set:
+    "State-dict names that repeat a parameter under another name"
+    return set(m.state_dict()) - {n for n, _ in m.named_parameters()} - {n for n, _ in m.named_buffers()}
+
+def load_weights(model, weights:dict, file):
+    "Load `weights` from `file` into the unwrapped `model`"
+    m = get_model(model)
+    names = {uncompiled_key(k): k for k in m.state_dict()}
+    weights = {names.get(k, k): v for k, v in weights.items()}     # plain keys, as this model (compiled or not) names them
+    if is_sharded(m): return load_full_weights(m, weights, file, optional=_tied(m))
+    tied = _tied(m)
+    try: missing, unexpected = m.load_state_dict(weights, strict=False)
+    except RuntimeError as e: raise CheckpointMismatch(f'{file} does not fit this model: {e}') from e
+    missing = [k for k in missing if k not in tied]
+    if missing or unexpected:
+        raise CheckpointMismatch(f'{file} does not fit this model: missing {missing[:5]}, unexpected {unexpected[:5]}')
+
 # %% ../nbs/08_checkpoint.ipynb #b51fe820
 @patch
 def snapshot(self:Learner,
@@ -72,6 +102,37 @@ def snapshot(self:Learner,
         state = dict(model=model_weights(self.model), opt=full_optimizer_state(self.opt.state_dict()) if self.opt is not None else None)
         return (buffers or StateBuffers()).copy(state)
 
+# %% ../nbs/08_checkpoint.ipynb #3e6a54f7
+def _numpy_plain(s:tuple) -> tuple:
+    "numpy's generator state with its keys as a tensor, which `weights_only` loads accept"
+    kind, keys, *rest = s
+    return (kind, torch.from_numpy(keys.astype(np.int64)), *rest)
+
+def rng_state() -> dict:
+    "This process's random states: torch (and CUDA), numpy and Python"
+    return dict(torch=torch.get_rng_state(), cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                numpy=_numpy_plain(np.random.get_state()), python=random.getstate())
+
+def set_rng_state(s:dict):
+    "Restore the random states `rng_state` returned"
+    torch.set_rng_state(s['torch'])
+    if s['cuda'] and torch.cuda.is_available(): torch.cuda.set_rng_state_all(s['cuda'])
+    if s.get('cuda_seed') is not None and torch.cuda.is_available(): torch.cuda.manual_seed_all(s['cuda_seed'])
+    kind, keys, *rest = s['numpy']
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), *rest))
+    random.setstate(s['python'])
+
+# %% ../nbs/08_checkpoint.ipynb #e0966729
+def rank_rng_state(saved:list, # Every saving rank's `rng_state`, in rank order
+                   r:int       # A rank of this run
+                  ) -> dict:
+    "Rank `r`'s random states: its own saved ones, or a stream derived from them if it did not save"
+    if r < len(saved): return saved[r]
+    g = torch.Generator(); g.set_state(saved[r % len(saved)]['torch'])
+    seed = int(np.random.SeedSequence([int(torch.randint(2**62, (1,), generator=g)), r]).generate_state(1)[0])
+    return dict(torch=torch.Generator().manual_seed(seed).get_state(), cuda=[], cuda_seed=seed,
+                numpy=_numpy_plain(np.random.RandomState(seed).get_state()), python=random.Random(seed).getstate())
+
 # %% ../nbs/08_checkpoint.ipynb #b682e5bd
 class RunState:
     "What a checkpointed run carries between fits"
@@ -79,7 +140,6 @@ class RunState:
         self.fits,self.steps = 0,0            # fits begun, optimizer steps done, over the script's fits
         self.fits_left,self.stopped = 0,False # fits still to come in this `fine_tune`; a stop request ended one of them
         self.start_epoch,self.skip = 0,None   # a resume's first epoch; (batches done, how many of them to draw and drop, what to do at the resume point)
-        self.at_start = None                  # what to do as a resume's first epoch is about to begin (a checkpoint at an epoch's end)
         self.said = set()                     # what rank 0 said once for this learner
 
 _runs = fastai.learner.__dict__.setdefault('_ddpsafe_runs', weakref.WeakKeyDictionary())   # shared by every copy of the patches below
@@ -96,8 +156,6 @@ def _do_fit(self:Learner):
     run = run_state(self)
     start, run.start_epoch = run.start_epoch, 0
     if start and (bar := getattr(getattr(self, 'progress', None), 'mbar', None)): bar.update(0)  # fastprogress must start at 0
-    at_start, run.at_start = run.at_start, None
-    if at_start: at_start()                      # the resume point of a checkpoint at an epoch's end
     for epoch in range(start, self.n_epoch):
         self.epoch = epoch
         self._with_events(self._do_epoch, 'epoch', CancelEpochException)
@@ -115,6 +173,84 @@ def all_batches(self:Learner):
             if i == done-1: at_resume_point()
             continue
         self.one_batch(i, b)
+
+# %% ../nbs/08_checkpoint.ipynb #59b72fe8
+def _base_dl(dl):
+    "The loader inside fastai's `DistributedDL`, else `dl`"
+    ddl = getattr(sys.modules.get('fastai.distributed'), 'DistributedDL', ())
+    return dl.dl if isinstance(dl, ddl) else dl
+
+_TORCH_SAMPLERS = (tud.SequentialSampler, tud.RandomSampler, tud.SubsetRandomSampler, tud.WeightedRandomSampler, tud.DistributedSampler)
+
+def _sampler(dl:tud.DataLoader):
+    "What orders a torch `DataLoader`'s items: its sampler, or its batch sampler unless that is torch's `BatchSampler`"
+    bs = dl.batch_sampler
+    return dl.sampler if bs is None else bs.sampler if type(bs) is tud.BatchSampler else bs
+
+def unknown_order(dl:tud.DataLoader) -> str|None:
+    "What orders torch `DataLoader` `dl`'s batches in a way ddpsafe does not know, in words; `None` if nothing does"
+    if isinstance(dl.dataset, tud.IterableDataset): return f'over the IterableDataset {type(dl.dataset).__name__}'
+    s = _sampler(dl)
+    if type(s) in _TORCH_SAMPLERS: return None
+    return f'with the {"batch " if s is dl.batch_sampler else ""}sampler {type(s).__name__}'
+
+def loader_kind(dl) -> str:
+    "How a checkpoint keeps `dl`'s place: 'fastai', 'stateful', 'torch' or 'unknown'"
+    dl = _base_dl(dl)
+    if isinstance(getattr(dl, 'rng', None), random.Random): return 'fastai'
+    if callable(getattr(dl, 'state_dict', None)) and callable(getattr(dl, 'load_state_dict', None)): return 'stateful'
+    if isinstance(dl, tud.DataLoader) and unknown_order(dl) is None: return 'torch'
+    return 'unknown'
+
+def loader_name(dl) -> str:
+    "`dl`'s class, and what in it ddpsafe does not know"
+    dl = _base_dl(dl)
+    why = unknown_order(dl) if isinstance(dl, tud.DataLoader) else None
+    return type(dl).__name__ + (f' {why}' if why else '')
+
+# %% ../nbs/08_checkpoint.ipynb #a1b2c306
+def _generators(dl:tud.DataLoader) -> list:
+    "The torch generators that order torch `DataLoader` `dl`'s items and seed its workers, each once"
+    out = []
+    for o in (dl, _sampler(dl)):
+        g = getattr(o, 'generator', None)
+        if isinstance(g, torch.Generator) and all(g is not h for h in out): out.append(g)
+    return out
+
+def loader_state(dl, train:bool=True):
+    "What a checkpoint keeps of `dl`'s place (of a stateful loader only when it is the `train` one); `None`: nothing"
+    kind, dl = loader_kind(dl), _base_dl(dl)
+    if kind == 'fastai': return dl.rng.getstate()
+    if kind == 'torch':
+        s = _sampler(dl)
+        return dict(kind='torch', generators=[g.get_state() for g in _generators(dl)],
+                    epoch=s.epoch if isinstance(s, tud.DistributedSampler) else None)
+    if kind == 'stateful' and train: return dict(kind='stateful', state=dl.state_dict())
+    return None
+
+def _saved_kind(s) -> str|None:
+    "The kind of loader whose place `loader_state` returned as `s`"
+    return 'fastai' if isinstance(s, tuple) else s['kind'] if isinstance(s, dict) else None
+
+def set_loader_state(dl, s) -> bool:
+    "Put `dl` back where `loader_state` found it; `False` if `s` is of another kind"
+    kind, dl = loader_kind(dl), _base_dl(dl)
+    if s is None or _saved_kind(s) != kind: return False
+    if kind == 'fastai': dl.rng.setstate(s)
+    elif kind == 'stateful': dl.load_state_dict(s['state'])
+    else:
+        gens = _generators(dl)
+        if len(gens) != len(s['generators']): return False
+        for g, t in zip(gens, s['generators']): g.set_state(t)
+        if s['epoch'] is not None and isinstance(_sampler(dl), tud.DistributedSampler): _sampler(dl).set_epoch(s['epoch'])
+    return True
+
+# %% ../nbs/08_checkpoint.ipynb #12db519f
+from .preempt import watch_worker_start
+from .learner import when_imported
+
+_TORCHDATA = 'torchdata.stateful_dataloader.stateful_dataloader'
+when_imported(_TORCHDATA, lambda: watch_worker_start(sys.modules[_TORCHDATA]._StatefulMultiProcessingDataLoaderIter, named=False))
 
 # %% ../nbs/08_checkpoint.ipynb #28b6d383
 def _name(f) -> str:
@@ -187,6 +323,109 @@ def setup_changes(saved:dict, now:dict) -> dict:
     if saved['optimizer'] != now['optimizer']: out['optimizer'] = (_optimizer_words(saved['optimizer']), _optimizer_words(now['optimizer']))
     if not _same_fit(saved['fit'], now['fit']): out['fit'] = (_fit_words(saved['fit']), _fit_words(now['fit']))
     return out
+
+# %% ../nbs/08_checkpoint.ipynb #e292767f
+def _plain(o):
+    "A recorded value as a plain float (or `None`)"
+    return None if o is None else float(o)
+
+class ModelState:
+    "The unwrapped model's weights, each shared tensor once"
+    def __init__(self, learn:Learner): self.learn = learn
+    def state_dict(self) -> dict: return model_weights(self.learn.model)
+    def load_state_dict(self, d:dict, file='the checkpoint'): load_weights(self.learn.model, d, file)
+
+class OptimizerState:
+    "fastai's optimizer: each parameter's state, and the hyper-parameters"
+    def __init__(self, learn:Learner): self.learn = learn
+    def state_dict(self) -> dict: return full_optimizer_state(self.learn.opt.state_dict())
+    def load_state_dict(self, d:dict):
+        opt = self.learn.opt
+        opt.load_state_dict(shard_optimizer_state(d, list(opt.all_params().itemgot(0))) if is_sharded(self.learn.model) else d)
+
+class RecorderState:
+    "fastai's `Recorder` history, as plain values"
+    def __init__(self, learn:Learner): self.learn = learn
+    def state_dict(self) -> dict:
+        rec = self.learn.recorder
+        return dict(values=[list(map(_plain, v)) for v in rec.values], losses=[float(o) for o in rec.losses],
+                    lrs=[float(o) for o in rec.lrs], iters=list(rec.iters), smooth=(rec.smooth_loss.count, float(rec.smooth_loss.val)))
+    def load_state_dict(self, d:dict):
+        rec = self.learn.recorder
+        rec.values, rec.losses, rec.lrs, rec.iters = [list(v) for v in d['values']], [torch.tensor(o) for o in d['losses']], list(d['lrs']), list(d['iters'])
+        rec.smooth_loss.count, rec.smooth_loss.val = d['smooth'][0], torch.tensor(d['smooth'][1])
+
+class TrackerState:
+    "Each `TrackerCallback`'s best value and wait"
+    def __init__(self, learn:Learner): self.learn = learn
+    def trackers(self) -> list: return [cb for cb in self.learn.cbs if isinstance(cb, _loaded('fastai.callback.tracker', 'TrackerCallback'))]
+    def state_dict(self) -> list: return [dict(best=_plain(cb.best), wait=getattr(cb, 'wait', None)) for cb in self.trackers()]
+    def load_state_dict(self, d:list):
+        for cb, t in zip(self.trackers(), d):
+            cb.best = t['best']
+            if t['wait'] is not None: cb.wait = t['wait']
+
+class LoaderState:
+    "Each loader's place (`loader_state`): the training loader's as its epoch began, unless it resumes by itself"
+    def __init__(self, learn:Learner): self.learn,self.epoch_start,self.resumes_itself = learn,None,False
+    def begin_epoch(self):
+        dl = self.learn.dl
+        self.epoch_start = None if loader_kind(dl) == 'stateful' else loader_state(dl)
+    def end_epoch(self): self.epoch_start = None
+    def state_dict(self) -> list:
+        states = [loader_state(dl, train=i == 0) for i, dl in enumerate(self.learn.dls.loaders)]
+        if self.epoch_start is not None: states[0] = self.epoch_start
+        return states
+    def load_state_dict(self, d:list):
+        dls = self.learn.dls.loaders
+        fits = [set_loader_state(dl, s) for dl, s in zip(dls, d)]
+        self.resumes_itself = bool(fits) and fits[0] and loader_kind(dls[0]) == 'stateful'
+        if self.resumes_itself: _base_dl(dls[0]).state_dict()   # starts its iterator now: see above
+        for i, (dl, s, fit) in enumerate(zip(dls, d, fits)):
+            if s is not None and not fit and is_main():
+                print(f"ddpsafe: the checkpoint keeps the place of loader {i} as a {_saved_kind(s)} loader's, and this run's is "
+                      f"a {loader_name(dl)} ({loader_kind(dl)}): its place is not restored")
+
+class RNGState:
+    "Every rank's random states, now and as the epoch began; both methods are collective"
+    def __init__(self): self.epoch_start = self.resumed_epoch = None
+    def begin_epoch(self):
+        if self.resumed_epoch is not None: set_rng_state(self.resumed_epoch)  # before the loader draws its workers' seeds
+        self.epoch_start, self.resumed_epoch = rng_state(), None
+    def end_epoch(self): self.epoch_start = None
+    def state_dict(self) -> list: return all_ranks(dict(rng_state(), epoch_start=self.epoch_start))
+    def load_state_dict(self, d:list): set_rng_state(rank_rng_state(d, rank()))
+    def resume_epoch(self, d:list): self.resumed_epoch = rank_rng_state(d, rank()).get('epoch_start')
+
+# %% ../nbs/08_checkpoint.ipynb #a1b2c310
+def loader_note(dl) -> str|None:
+    "What rank 0 says as a fit starts when a resume inside an epoch may not be exact with training loader `dl`"
+    if loader_kind(dl) != 'unknown': return None
+    return (f'ddpsafe: the training loader {loader_name(dl)} keeps no state that ddpsafe can save (no state_dict()): a resume inside an '
+            "epoch draws the batches already done again and drops them, which gives the same batches only if its order comes from torch's, "
+            "numpy's or Python's global generators (restored as the epoch began) or is fixed. For an exact resume, give it state_dict() and "
+            "load_state_dict(), as torchdata's StatefulDataLoader has")
+
+# %% ../nbs/08_checkpoint.ipynb #a1b2c313
+def stop_persistent_workers(dl):
+    "End the workers that torch `DataLoader` `dl` keeps between epochs (`persistent_workers=True`)"
+    dl = _base_dl(dl)
+    it = getattr(dl, '_iterator', None) if isinstance(dl, tud.DataLoader) else None
+    if isinstance(it, tud.dataloader._MultiProcessingDataLoaderIter):
+        it._shutdown_workers(); dl._iterator = None
+
+# %% ../nbs/08_checkpoint.ipynb #9de53321
+def training_parts(learn:Learner) -> dict:
+    "Every part of the state a checkpoint holds"
+    return dict(model=ModelState(learn), optimizer=OptimizerState(learn), recorder=RecorderState(learn),
+                trackers=TrackerState(learn), loaders=LoaderState(learn), rng=RNGState())
+
+def checkpoint_files(weights:dict|None, # The model's weights; `None` when they are in shards
+                     opt_state:dict, state:dict, rngs:list) -> dict:
+    "The files of a checkpoint, each with its writer"
+    model = {} if weights is None else {'model.safetensors': lambda p: st.save_file({k: v.contiguous() for k,v in weights.items()}, str(p))}
+    return {**model, 'optimizer.pt': torch_writer(opt_state, crc32=False), 'state.pt': torch_writer(state, crc32=False),
+            'rng.pt': torch_writer(rngs, crc32=False)}
 
 # %% ../nbs/08_checkpoint.ipynb #b3e29e9b
 def best_checkpoint(root:Path, # The checkpoints folder
@@ -272,27 +511,16 @@ def world_change_message(ck, state:dict, now:int|None=None) -> str:
             + (f'{new} from random streams derived from the saved ones' if new else ''))
 
 # %% ../nbs/08_checkpoint.ipynb #2c909442
-@patch
-def shards(self:ModelState) -> tuple:
-    "The model's tensors as `write_shards` takes them, under `model.`; nothing is left for `model.safetensors`"
-    m = get_model(self.learn.model)
-    tied = _tied(m)
-    return {f'model.{uncompiled_key(k)}': v for k, v in m.state_dict().items() if k not in tied}, None
-
-@patch
-def shards(self:OptimizerState) -> tuple:
-    "The optimizer's tensors as `write_shards` takes them, under `optimizer.`; and its state with placeholders for them"
-    tensors = {}
-    def aside(t, path):
-        key = '.'.join(map(str, ('optimizer', *path)))
-        tensors[key] = t
-        return SHARD_PLACEHOLDER + key
-    return tensors, map_tensors(aside, self.learn.opt.state_dict())
-
 def shard_state(learn:Learner) -> tuple:
     "The sharded learner's tensors as `write_shards` takes them, and its optimizer state with placeholders for them"
-    (weights, _), (opt, skeleton) = ModelState(learn).shards(), OptimizerState(learn).shards()
-    return {**weights, **opt}, skeleton
+    m = get_model(learn.model)
+    tied = _tied(m)
+    state = {f'model.{uncompiled_key(k)}': v for k, v in m.state_dict().items() if k not in tied}
+    def aside(t, path):
+        key = '.'.join(map(str, ('optimizer', *path)))
+        state[key] = t
+        return SHARD_PLACEHOLDER + key
+    return state, map_tensors(aside, learn.opt.state_dict())
 
 def _failures(e:BaseException) -> list:
     "(errno, words) for each rank's failure in `e`; DCP's `CheckpointException` holds every rank's"
@@ -405,16 +633,6 @@ def load_optimizer_shards(opt, # fastai's optimizer, of a sharded model or not
     read_shards(targets, ck)
     opt.load_state_dict(sd)
 
-@patch
-def load_shards(self:ModelState, d, ck:Path, index):
-    "Load checkpoint `ck`'s weight shards into the model; collective"
-    _together(lambda: load_weight_shards(self.learn.model, ck, index))
-
-@patch
-def load_shards(self:OptimizerState, skeleton, ck:Path, index):
-    "Load checkpoint `ck`'s optimizer shards, into `skeleton`'s placeholders; collective"
-    _together(lambda: load_optimizer_shards(self.learn.opt, skeleton, ck, index))
-
 # %% ../nbs/08_checkpoint.ipynb #4eb33bd5
 def claim_checkpoints(root:Path):
     "Claim `root` for this run, on rank 0"
@@ -499,7 +717,7 @@ class Uploader:
         with self.cond: self.pending, self.closing = None, True; self.cond.notify_all()
 
 # %% ../nbs/08_checkpoint.ipynb #c3df44dd
-_CHANGES = ('model', 'optimizer', 'fit', 'parts')
+_CHANGES = ('model', 'optimizer', 'fit')
 _NOT_ASKED = dict(save=False, stop=False, signal=False, timer=False)
 
 class CheckpointCallback(Callback):
@@ -523,13 +741,11 @@ class CheckpointCallback(Callback):
                  monitor:str='valid_loss', # The recorded value that picks the best checkpoint to keep
                  comp=None,           # `np.less` or `np.greater`; from `monitor`'s name when `None`
                  exit_code:int|None=REQUEUE_EXIT_CODE, # Exit with this after a signal's checkpoint; `None`: return from fit
-                 accept_changes=(),   # What a resume may find changed on purpose: any of 'model', 'optimizer', 'fit', 'parts'
-                 extra:dict|None=None): # Objects of yours to save with every checkpoint, by name: anything with `state_dict()` and `load_state_dict()`
+                 accept_changes=()):  # What a resume may find changed on purpose: any of 'model', 'optimizer', 'fit'
         store_attr()
         if comp is None: self.comp = np.less if 'loss' in monitor or 'error' in monitor else np.greater
         self.accept_changes = {accept_changes} if isinstance(accept_changes, str) else set(accept_changes)
         if unknown := self.accept_changes - set(_CHANGES): raise ValueError(f'accept_changes: {sorted(unknown)} not among {_CHANGES}')
-        for name, o in (extra or {}).items(): UserState(name, o)     # refuse an object without state now, not at the first save
         self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.far_claim = self.uploader = self.fit_dls = None
 
     def __call__(self, event_name):
@@ -550,7 +766,7 @@ class CheckpointCallback(Callback):
         self.far_claim = claim_checkpoints(self.root) if self.local else None    # `path` too: its owner, or a probe that it can be written
         self.fit_idx, run.fits = run.fits, run.fits + 1
         self.steps_before, self.fit_steps, self.setup = run.steps, 0, setup_signature(self.learn)
-        self.parts = TrainingState(self.learn, self.extra)
+        self.parts = training_parts(self.learn)
         if is_main() and (note := loader_note(self.dls.train)) and note not in run.said: run.said.add(note); print(note)
         self.last_pos, self.stopped_by, self.skipped_fit, self.ran_epoch, self.in_train = None, None, False, False, False
         self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(_NOT_ASKED), False, False, False
@@ -598,10 +814,10 @@ class CheckpointCallback(Callback):
     def before_epoch(self): self.ran_epoch = True
     def before_train(self):
         self.in_train = True
-        self.parts.event('begin_epoch')
+        for k in ('loaders', 'rng'): self.parts[k].begin_epoch()
     def after_train(self):
         self.in_train = False
-        self.parts.event('end_epoch')
+        for k in ('loaders', 'rng'): self.parts[k].end_epoch()
     def before_batch(self): self.stepped = False
     def before_step(self): self.stepped = True
     def after_cancel_step(self): self.stepped = False
@@ -662,22 +878,26 @@ class CheckpointCallback(Callback):
         pos = self.position()
         if (pos['global_step'], pos['epoch_done']) == self.last_pos: return False
         self._settle()
-        header = dict(**pos, world_size=world(), setup=self.setup,
-                      versions=dict(torch=str(torch.__version__), fastai=fastai.__version__, ddpsafe=ddpsafe.__version__))
+        p = self.parts
+        rngs = p['rng'].state_dict()
+        state = dict(**pos, world_size=world(), setup=self.setup, recorder=p['recorder'].state_dict(),
+                     trackers=p['trackers'].state_dict(), dl_rng=p['loaders'].state_dict(),
+                     versions=dict(torch=str(torch.__version__), fastai=fastai.__version__, ddpsafe=ddpsafe.__version__))
         meta = dict(epoch=pos['epoch'], iter=pos['iter'], epoch_done=pos['epoch_done'], fit=pos['fit'], reason=reason, stop=stop,
                     finished=finished, world_size=world(), monitor=self.monitor, comp=_name(self.comp),
                     metric=self._metric() if pos['epoch_done'] else None)
-        step = pos['global_step']
-        with step_lock(self.learn): states, shards = self.parts.collect(sharded=self.sharded_save)   # every rank, one step boundary
-        files = self.parts.contents(states, header)
-        if self.async_save and (is_main() or self.sharded_save):     # copied now, written in the background
-            files, shards = self.state_buffers.copy((files if is_main() else {}, shards))
         if self.sharded_save:
-            commit = lambda: self._commit_shards(step, checkpoint_writers(files), meta, shards, background=self.async_save)
-            if self.async_save: self.writer.submit(commit)
-            else: commit()
-        elif not self.async_save: on_main(self._commit, step, checkpoint_writers(files), meta)
-        elif is_main(): self.writer.submit(lambda: self._commit(step, checkpoint_writers(files), meta))
+            shards, skeleton = shard_state(self.learn)
+            files = checkpoint_files(None, skeleton, state, rngs)
+            if not self.async_save: self._commit_shards(pos['global_step'], files, meta, shards)
+            else:                                          # every rank copies its own pieces, and writes them in the background
+                copy = self.state_buffers.copy(shards)
+                self.writer.submit(lambda: self._commit_shards(pos['global_step'], files, meta, copy, background=True))
+        elif not self.async_save:
+            on_main(self._commit, pos['global_step'], checkpoint_files(p['model'].state_dict(), p['optimizer'].state_dict(), state, rngs), meta)
+        elif is_main() or is_sharded(self.model):          # a sharded model is gathered by every rank
+            snap = self.learn.snapshot(self.state_buffers)
+            if is_main(): self.writer.submit(lambda: self._commit(pos['global_step'], checkpoint_files(snap['model'], snap['opt'], state, rngs), meta))
         self.last_pos, self.last_save = (pos['global_step'], pos['epoch_done']), time.monotonic()
         return True
 
@@ -742,17 +962,18 @@ class CheckpointCallback(Callback):
             self.skipped_fit = True
             raise CancelFitException()
         state = position_in(read_checkpoint_file(ck, 'state.pt', man), len(self.dls.train), ck)
-        check_parts(ck, state.get('parts'), self.parts, self.accept_changes)
-        index = None
+        device = 'cpu' if is_sharded(self.model) else next(get_model(self.model).parameters()).device   # shards are cut from a CPU copy
         if in_shards(man):
             check_shards_seen(ck, man)
             index = _together(lambda: read_shard_index(ck))
-        read = lambda name, **kwargs: read_checkpoint_file(ck, name, man, **kwargs)
-        load = partial(self.parts.load, ck, read, state.get('parts', LEGACY_PARTS), set(man['files']), index=index, read_files={'state.pt': state})
-        load(skip=set(self.parts.names) - {'model'})   # the weights first: another model is refused by them, with its file named
+            _together(lambda: load_weight_shards(self.model, ck, index))
+        else: self.parts['model'].load_state_dict(read_checkpoint_file(ck, 'model.safetensors', man, mapped=True), ck/'model.safetensors')   # copied once, into the model
         changed = check_setup(ck, state.get('setup'), self.setup, self.accept_changes)
-        load(skip={'model'} | ({'optimizer'} if 'optimizer' in changed else set()))
-        self._restore(state, same_fit='fit' not in changed)
+        if 'optimizer' not in changed:
+            opt = read_checkpoint_file(ck, 'optimizer.pt', man, map_location=device)
+            if in_shards(man): _together(lambda: load_optimizer_shards(self.learn.opt, opt, ck, index))
+            else: self.parts['optimizer'].load_state_dict(opt)
+        self._restore(state, read_checkpoint_file(ck, 'rng.pt', man), same_fit='fit' not in changed)
         if is_main():
             print(resume_message(ck, state, self.n_epoch, len(self.dls.train)))
             if state['world_size'] != world(): print(world_change_message(ck, state))
@@ -763,25 +984,28 @@ class CheckpointCallback(Callback):
         far = newest_complete(self.root, checksums=False)
         if far is None or checkpoint_step(far) < checkpoint_step(ck): self.uploader.submit(ck)
 
-    def _restore(self, state:dict, same_fit:bool=True):
-        "Arm the loops to go on from the checkpoint's position; the parts take their state at the resume point"
+    def _restore(self, state:dict, rngs:list, same_fit:bool=True):
+        "Restore the state's parts and arm the loops"
+        p = self.parts
+        p['recorder'].load_state_dict(state['recorder']); p['trackers'].load_state_dict(state['trackers']); p['loaders'].load_state_dict(state['dl_rng'])
         self.fit_steps = state.get('fit_steps', state['train_iter'])
         self.steps_before = state['global_step'] - self.fit_steps
         self.last_pos = (state['global_step'], state['epoch_done'])
         self.learn.train_iter = state['train_iter']
         run = run_state(self.learn)
-        parts = self.parts
-        if state['epoch_done']: run.start_epoch, run.at_start = state['epoch'] + 1, lambda: parts.event('at_resume_point')
+        if state['epoch_done']:
+            run.start_epoch = state['epoch'] + 1
+            p['rng'].load_state_dict(rngs)
         else:
             n_iter = len(self.dls.train)   # a changed fit or epoch length: where the same batch falls in its schedule
             exact = same_fit and state.get('train_batches', n_iter) == n_iter
             pct = state['pct_train'] if exact else (state['epoch'] + state['iter']/n_iter) / self.n_epoch
             def at_resume_point():
                 self.learn.pct_train, self.learn.train_iter = pct, state['train_iter']
-                parts.event('at_resume_point')
-            drop = 0 if any(getattr(p, 'resumes_itself', False) for p in self.parts) else state['iter']
+                p['rng'].load_state_dict(rngs)
+            p['rng'].resume_epoch(rngs)
+            drop = 0 if p['loaders'].resumes_itself else state['iter']
             run.start_epoch, run.skip = state['epoch'], (state['iter'], drop, at_resume_point)
-
 
 # %% ../nbs/08_checkpoint.ipynb #729c0233
 @patch_fastai('fastai.callback.schedule', 'Learner.fine_tune')
