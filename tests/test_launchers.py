@@ -283,7 +283,10 @@ def test_requeue_loop(tools, tmp_root, launcher):
     code = l.wait(300)
     runs = re.findall(r'requeue.sh: run (\d+): launcher exit (-?\d+), ddpsafe-status (\d+)', l.output())
     report(launch=f'requeue.sh + {launcher}', loop_exit=code, runs=runs, seconds=l.seconds)
-    assert code == 0 and runs == [('1', '1', str(REQUEUE_EXIT_CODE)), ('2', '0', '0')], (code, runs, l.output()[-3000:])
+    # run 1's launcher failed (torchrun exits 1 after a forwarded signal; 134 when its own teardown aborts, as seen under
+    # load: "terminate called without an active exception"): the loop decides from the status, whatever the code
+    assert code == 0 and [(r, c != '0', s) for r, c, s in runs] == [('1', True, str(REQUEUE_EXIT_CODE)), ('2', False, '0')], \
+        (code, runs, l.output()[-3000:])
     assert 'requeue.sh: preempted; checkpoint saved, starting again' in l.output() and 'requeue.sh: finished' in l.output()
     assert status_line(tools, run/'checkpoints').startswith('finished: '), status_line(tools, run/'checkpoints')
     assert all(same(a, b) for a, b in zip(weights(run), base))
@@ -320,8 +323,8 @@ def test_kubernetes_entrypoint(tools, tmp_root):
     assert all(same(a, b) for a, b in zip(weights(run), base))
 
 def test_kubernetes_job_yaml():
-    "The Job maps the requeue exit code of the container that runs the entrypoint to `Ignore`, the stopped one to `FailJob`
-    (kubectl cannot run here: the yaml is checked)"
+    """The Job maps the requeue exit code of the container that runs the entrypoint to `Ignore`, the stopped one to `FailJob`
+    (kubectl cannot run here: the yaml is checked)"""
     import yaml
     job = yaml.safe_load((EXAMPLES/'kubernetes'/'train-job.yaml').read_text())
     spec, pod = job['spec'], job['spec']['template']['spec']
