@@ -16,8 +16,8 @@ from .manifest import _sizes
 from .owner import read_owner, describe_owner
 
 # %% auto #0
-__all__ = ['leftovers', 'comp_name', 'checkpoint_rows', 'format_rows', 'owner_line', 'ddpsafe_ls', 'ddpsafe_verify', 'run_status',
-           'ddpsafe_status', 'saved_weights', 'export_weights', 'ddpsafe_export']
+__all__ = ['leftovers', 'comp_name', 'checkpoint_rows', 'format_rows', 'owner_line', 'ddpsafe_ls', 'ddpsafe_verify', 'ended_as',
+           'run_status', 'ddpsafe_status', 'saved_weights', 'export_weights', 'ddpsafe_export']
 
 # %% ../nbs/09_cli.ipynb #078d07b7
 def _size(folder:Path) -> int: return sum(_sizes(folder).values())
@@ -116,17 +116,25 @@ def ddpsafe_verify(path:str): # A checkpoints folder, or one checkpoint
     return 1 if bad else 0
 
 # %% ../nbs/09_cli.ipynb #e66ff0fd
+_EXIT_CODES = dict(finished=0, preempted=REQUEUE_EXIT_CODE, stopped=STOPPED_EXIT_CODE, unfinished=1, none=2)
+
+def ended_as(m:dict) -> str:
+    "'finished', 'preempted', 'stopped' or 'unfinished': how the run stood at the checkpoint whose manifest is `m`"
+    if 'finished' not in m and 'stop' not in m:        # manifests written before the two flags: by reason
+        return {'end': 'finished', 'signal': 'preempted'}.get(m.get('reason'), 'unfinished')
+    if m.get('finished'): return 'finished'
+    if not m.get('stop'): return 'unfinished'
+    return 'stopped' if m.get('reason') == 'switch' else 'preempted'   # a stop of unrecorded cause: requeue, which loses nothing
+
 def run_status(root:Path|str) -> dict:
     "The run's state, from the newest complete checkpoint in `root`"
     skipped = []
     ck = newest_complete(root, checksums=True, skipped=skipped)
     out = dict(path=str(root), skipped=[dict(checkpoint=str(p), problems=why) for p, why in skipped])
-    if ck is None: return dict(state='none', exit_code=2, checkpoint=None, step=None, epoch=None, reason=None, time=None, **out)
+    if ck is None: return dict(state='none', exit_code=_EXIT_CODES['none'], checkpoint=None, step=None, epoch=None, reason=None, time=None, **out)
     m = read_manifest(ck)
-    if 'finished' in m or 'stop' in m: state = 'finished' if m.get('finished') else 'preempted' if m.get('stop') else 'unfinished'
-    else: state = {'end': 'finished', 'signal': 'preempted'}.get(m.get('reason'), 'unfinished')   # manifests without the two flags
-    code = {'finished': 0, 'preempted': REQUEUE_EXIT_CODE, 'unfinished': 1}[state]
-    return dict(state=state, exit_code=code, checkpoint=str(ck), step=m.get('step'), epoch=m.get('epoch'), reason=m.get('reason'),
+    state = ended_as(m)
+    return dict(state=state, exit_code=_EXIT_CODES[state], checkpoint=str(ck), step=m.get('step'), epoch=m.get('epoch'), reason=m.get('reason'),
                 time=m.get('time'), **out)
 
 # %% ../nbs/09_cli.ipynb #aa0366cf
@@ -134,7 +142,7 @@ def run_status(root:Path|str) -> dict:
 def ddpsafe_status(path:str,       # The checkpoints folder
                    json:bool=False # Print the status as one JSON object
                   ) -> int:
-    "Exit 0 finished, 75 preempted, 1 unfinished, 2 no checkpoint"
+    "Exit 0 finished, 75 preempted, 3 stopped, 1 unfinished, 2 no checkpoint"
     s = run_status(path)
     for sk in s['skipped']: print(f"ddpsafe-status: skipping {sk['checkpoint']}: {'; '.join(sk['problems'])}", file=sys.stderr)
     if json: print(jsonlib.dumps(s))

@@ -13,8 +13,8 @@ from .commit import is_url, as_path, committing, write_file, fsync_path, file_di
 _all_ = ['file_digest']
 
 # %% auto #0
-__all__ = ['FORMAT', 'MANIFEST', 'SHARD_INDEX', 'UPLOAD_THREADS', 'REQUEUE_EXIT_CODE', 'checkpoint_name', 'checkpoint_step',
-           'uncompiled_key', 'plain_key', 'checkpoint_folder', 'fill_checkpoint', 'write_checkpoint',
+__all__ = ['FORMAT', 'MANIFEST', 'SHARD_INDEX', 'UPLOAD_THREADS', 'REQUEUE_EXIT_CODE', 'STOPPED_EXIT_CODE', 'checkpoint_name',
+           'checkpoint_step', 'uncompiled_key', 'plain_key', 'checkpoint_folder', 'fill_checkpoint', 'write_checkpoint',
            'CorruptCheckpoint', 'read_manifest', 'check_checkpoint', 'checkpoint_status', 'checkpoints',
            'newest_complete', 'rotate', 'clean_incomplete', 'file_digest']
 
@@ -195,4 +195,5 @@ def clean_incomplete(root:Path|str) -> list:
     return stale
 
 # %% ../nbs/05_manifest.ipynb #457743b5
-REQUEUE_EXIT_CODE = 75
+REQUEUE_EXIT_CODE = 75   # preempted: start the run again
+STOPPED_EXIT_CODE = 3    # stopped by the stop switch: the user asked to stop, do not start it again

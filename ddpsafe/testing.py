@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/testing.html.md"""
 
 # %% ../nbs/01_testing.ipynb #50a1b607
 from __future__ import annotations
-import os, sys, time, random, pickle, signal, socket, tempfile, traceback, subprocess, multiprocessing, shutil, contextlib
+import os, sys, time, random, pickle, signal, socket, tempfile, traceback, subprocess, multiprocessing, shutil, contextlib, weakref
 from pathlib import Path
 from datetime import timedelta
 import torch, torch.distributed as dist
@@ -155,21 +155,30 @@ def _results(outs, missing, outputs, procs, timeout, raises) -> list:
 
 # %% ../nbs/01_testing.ipynb #796b0ba5
 class RankProcs:
-    "`n` ranks of one command, as `torchrun` starts them"
+    "`n` ranks of one command, as `torchrun` starts them; their logs in a temporary folder that goes once they have ended"
     def __init__(self, cmd:list, n:int=2, env:dict|None=None, cwd:str|Path|None=None):
         self.tmp,self.n,port = Path(tempfile.mkdtemp(prefix='ddpsafe-script-')),n,free_port()
+        self.ended = None      # what every rank printed, kept when they have ended and the folder is removed
+        self._remove_tmp = weakref.finalize(self, shutil.rmtree, self.tmp, True)   # at the latest when the interpreter exits
         self.logs = [open(self.tmp/f'rank{r}.log', 'w') for r in range(n)]
         self.procs = [subprocess.Popen(cmd, cwd=cwd, stdout=self.logs[r], stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        env={**os.environ, **rank_env(r, n, port), **(env or {})}, start_new_session=True)
                       for r in range(n)]
 
-    def output(self, r:int) -> str: return (self.tmp/f'rank{r}.log').read_text(errors='replace')
+    def output(self, r:int) -> str:
+        "What rank `r` has printed so far"
+        return self.ended[r] if self.ended is not None else (self.tmp/f'rank{r}.log').read_text(errors='replace')
     def signal(self, r:int, sig=signal.SIGTERM): self.procs[r].send_signal(sig)
     def kill(self):
+        "SIGKILL to every rank's session; keep what they printed and remove the temporary folder"
+        if self.ended is not None: return
         for p in self.procs:
             try: os.killpg(p.pid, signal.SIGKILL)
             except ProcessLookupError: pass
         for p in self.procs: p.wait()
+        for f in self.logs: f.close()
+        self.ended = [self.output(r) for r in range(self.n)]
+        self._remove_tmp()
 
 # %% ../nbs/01_testing.ipynb #5a43428f
 from fastcore.basics import patch
@@ -181,9 +190,8 @@ def wait(self:RankProcs, timeout:float=120) -> list:
     except WaitTimeout: pass
     missing = running()
     self.kill()
-    for f in self.logs: f.close()
     if missing:
-        outs = [_tail(self.tmp/f'rank{r}.log') for r in range(self.n)]
+        outs = ['\n'.join(self.output(r).splitlines()[-20:]) for r in range(self.n)]
         msg = '; '.join(f'rank {r} did not finish within {timeout:.0f}s' for r in missing)
         raise RanksFailed(_report(msg, outs, range(self.n)), missing=missing, outputs=outs)
     return [p.returncode for p in self.procs]
@@ -207,7 +215,6 @@ def run_script(script:str|Path|list, n:int=2, args:list=(), timeout:float=120, e
     procs = launch_ranks(script, n, args, env, cwd)
     codes = procs.wait(timeout)
     outs = [procs.output(r) for r in range(n)]
-    shutil.rmtree(procs.tmp, ignore_errors=True)
     if check and any(codes):
         bad = [r for r,c in enumerate(codes) if c]
         raise RanksFailed(_report('; '.join(f'rank {r} exited with code {codes[r]}' for r in bad), [o[-3000:] for o in outs], bad),
@@ -277,6 +284,13 @@ def _weed_ports(n:int=4) -> list:
         if all(abs(p - q) not in (0, 10000) for q in ports) and _twin_free(p): ports.append(p)
     return ports
 
+def _end_server(live:dict, folder:Path|None):
+    "Kill the server process in `live` if it still runs; remove `folder`"
+    if (p := live.get('proc')) is not None and p.poll() is None:
+        with contextlib.suppress(ProcessLookupError): os.killpg(p.pid, signal.SIGKILL)
+        p.wait(30)
+    if folder is not None: shutil.rmtree(folder, ignore_errors=True)
+
 class S3TestServer:
     "A SeaweedFS S3 server on loopback, with one empty bucket"
     def __init__(self,
@@ -284,12 +298,16 @@ class S3TestServer:
                  folder:Path|str|None=None):    # Where the server keeps its data; a new temporary folder if `None`
         self.bucket, self.dir = bucket, Path(folder or tempfile.mkdtemp(prefix='ddpsafe-s3-'))
         self.port, self._master, self._volume, self._filer = _weed_ports()
-        self.endpoint, self.proc = f'http://127.0.0.1:{self.port}', None
+        self.endpoint, self.proc, self._live = f'http://127.0.0.1:{self.port}', None, {}
+        self._end = weakref.finalize(self, _end_server, self._live, None if folder else self.dir)   # at the latest at exit
         self.storage_options = dict(key='ddpsafe', secret='ddpsafe-secret', client_kwargs=dict(endpoint_url=self.endpoint, region_name='us-east-1'))
         self.env = dict(AWS_ACCESS_KEY_ID='ddpsafe', AWS_SECRET_ACCESS_KEY='ddpsafe-secret', AWS_ENDPOINT_URL=self.endpoint, AWS_DEFAULT_REGION='us-east-1')
     def url(self, *parts) -> str: return '/'.join([f's3://{self.bucket}', *parts])
+    def close(self):
+        "Stop the server; remove its data folder if it made it"
+        self.kill(); self._end()
     def __enter__(self): return self.start()
-    def __exit__(self, *exc): self.kill(); shutil.rmtree(self.dir, ignore_errors=True)
+    def __exit__(self, *exc): self.close()
 
 # %% ../nbs/01_testing.ipynb #8180675b
 @patch
@@ -301,7 +319,7 @@ def start(self:S3TestServer, timeout:float=90.):
     cmd = [weed, 'server', f'-dir={self.dir}', '-s3', f'-s3.port={self.port}', f'-master.port={self._master}', f'-volume.port={self._volume}',
            f'-filer.port={self._filer}', '-ip=127.0.0.1', '-ip.bind=127.0.0.1', '-s3.port.iceberg=0', '-s3.port.lance=0']
     log = open(self.dir/'weed.log', 'ab')
-    self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    self.proc = self._live['proc'] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     log.close()
     fs = s3fs.S3FileSystem(skip_instance_cache=True, **self.storage_options)
     def ready():

@@ -1,11 +1,11 @@
 """The installed commands on folders built with `write_checkpoint`: `ddpsafe-ls` verifies checksums and marks best from the
 recorded monitor/comp, `ddpsafe-verify` passes leftovers of interrupted saves and fails damaged checkpoints,
-`ddpsafe-status` exits 0/75/1/2 with --json; the owner record confuses none of them."""
+`ddpsafe-status` exits 0 / requeue / stopped / 1 / 2 with --json; the owner record confuses none of them."""
 from __future__ import annotations
 import sys, json, time, subprocess
 from pathlib import Path
 import pytest
-from ddpsafe.manifest import write_checkpoint, checkpoint_name, MANIFEST
+from ddpsafe.manifest import write_checkpoint, checkpoint_name, MANIFEST, REQUEUE_EXIT_CODE, STOPPED_EXIT_CODE
 from ddpsafe.owner import claim_folder, OWNER
 
 BIN = Path(sys.executable).parent
@@ -86,25 +86,30 @@ def test_best_from_recorded_comp(tmp_path):
     rows = ls_rows(cli('ddpsafe-ls', root).stdout)
     assert rows[checkpoint_name(2)][-1] == 'best', rows
 
+REASONS = {'stop-switch': 'switch', 'late-stop': 'end'}
+
 def status_folder(root:Path, *kinds, legacy=False) -> Path:
-    "Checkpoints written for `kinds` ('epoch', 'steps', 'signal', 'switch', 'stop-switch', 'end'), oldest first"
+    "Checkpoints written for `kinds` ('epoch', 'steps', 'signal', 'switch', 'stop-switch', 'late-stop', 'end'), oldest first"
     for i, kind in enumerate(kinds, 1):
-        reason = 'switch' if kind == 'stop-switch' else kind
-        meta = dict(epoch=i-1, reason=reason)
-        if not legacy: meta.update(stop=kind in ('signal', 'stop-switch'), finished=kind == 'end')
+        meta = dict(epoch=i-1, reason=REASONS.get(kind, kind))
+        if not legacy: meta.update(stop=kind in ('signal', 'stop-switch', 'late-stop'), finished=kind == 'end')
         write(root, i*10, **meta)
     return root
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize('kinds,legacy,code,state', [
     (('epoch', 'end'), False, 0, 'finished'),
-    (('epoch', 'signal'), False, 75, 'preempted'),
-    (('epoch', 'stop-switch'), False, 75, 'preempted'),
+    (('epoch', 'signal'), False, REQUEUE_EXIT_CODE, 'preempted'),
+    (('epoch', 'stop-switch'), False, STOPPED_EXIT_CODE, 'stopped'),   # the user asked to stop: no requeue
+    (('signal', 'stop-switch'), False, STOPPED_EXIT_CODE, 'stopped'),  # preempted, resumed, then stopped by the user
+    (('stop-switch', 'end'), False, 0, 'finished'),     # stopped, started again by hand, finished
+    (('epoch', 'late-stop'), False, REQUEUE_EXIT_CODE, 'preempted'),  # a stop request of the last round saved as 'end': cause unknown
     (('epoch', 'switch'), False, 1, 'unfinished'),     # a save-now switch: the run went on
     (('epoch', 'steps'), False, 1, 'unfinished'),
     (('signal', 'end'), False, 0, 'finished'),         # preempted, resumed, finished
     (('epoch', 'end'), True, 0, 'finished'),           # manifests without stop/finished: by reason
-    (('epoch', 'signal'), True, 75, 'preempted'),
+    (('epoch', 'signal'), True, REQUEUE_EXIT_CODE, 'preempted'),
+    (('epoch', 'switch'), True, 1, 'unfinished'),       # no flags: a save or a stop switch, cannot tell
     (('epoch',), True, 1, 'unfinished'),
 ])
 def test_status_codes(tmp_path, kinds, legacy, code, state):
@@ -115,7 +120,7 @@ def test_status_codes(tmp_path, kinds, legacy, code, state):
     j = cli('ddpsafe-status', root, '--json')
     assert j.returncode == code, j.stderr
     got = json.loads(j.stdout)
-    want_reason = 'switch' if kinds[-1] == 'stop-switch' else kinds[-1]
+    want_reason = REASONS.get(kinds[-1], kinds[-1])
     assert {k: got[k] for k in ('state', 'exit_code', 'step', 'epoch', 'reason')} == \
            dict(state=state, exit_code=code, step=10*len(kinds), epoch=len(kinds)-1, reason=want_reason), got
     assert abs(got['time'] - time.time()) < 600 and got['skipped'] == [], got
@@ -137,7 +142,7 @@ def test_status_skips_corrupt_newest(tmp_path):
     root = status_folder(tmp_path/'checkpoints', 'epoch', 'signal', 'end')
     flip_byte(root/checkpoint_name(30)/'model.safetensors')
     s = cli('ddpsafe-status', root, '--json')
-    assert s.returncode == 75, s.stdout + s.stderr
+    assert s.returncode == REQUEUE_EXIT_CODE, s.stdout + s.stderr
     assert json.loads(s.stdout)['step'] == 20 and json.loads(s.stdout)['skipped'][0]['checkpoint'] == str(root/checkpoint_name(30))
     assert f'ddpsafe-status: skipping {root/checkpoint_name(30)}: {root/checkpoint_name(30)/"model.safetensors"}: checksum differs' in s.stderr, s.stderr
 
@@ -175,10 +180,11 @@ def test_ls_twenty_checkpoints_timing(tmp_path):
           f'of which importing ddpsafe.cli: {imp:.2f} s')
 
 def test_requeue_code_shared_with_preempt():
-    "`ddpsafe-status` answers 75 from the manifest module (no torch); the training side exits with the same constant"
-    from ddpsafe.manifest import REQUEUE_EXIT_CODE
+    "`ddpsafe-status` answers from the manifest module's constants (no torch); the training side exits with the same one"
     from ddpsafe.preempt import REQUEUE_EXIT_CODE as from_preempt
-    assert REQUEUE_EXIT_CODE == from_preempt == 75
+    from ddpsafe.checkpoint import CheckpointCallback
+    assert REQUEUE_EXIT_CODE == from_preempt == CheckpointCallback().exit_code
+    assert len({0, 1, 2, REQUEUE_EXIT_CODE, STOPPED_EXIT_CODE}) == 5      # every state its own code
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize('kwargs', [dict(), dict(every_epoch=None), dict(every_epoch=2)])
