@@ -328,7 +328,7 @@ class CheckpointCallback(Callback):
         if is_main() and (note := loader_note(self.dls.train)) and note not in run.said: run.said.add(note); print(note)
         self.last_pos, self.stopped_by, self.skipped_fit, self.ran_epoch, self.in_train = None, None, False, False, False
         self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(_NOT_ASKED), False, False, False
-        self.last_save, self.timer_raised = time.monotonic(), False
+        self.last_save, self.timer_raised, self.saved_stop = time.monotonic(), False, False
         self.writer, self.state_buffers = (AsyncWriter(), StateBuffers()) if self.async_save else (None, None)
         self.sharded_save = is_sharded(self.model) and not is_url(self.root)   # each rank writes its own shards
         if self.sharded_save and (blind := ranks_not_seeing(self.local_root or self.root)):
@@ -348,7 +348,8 @@ class CheckpointCallback(Callback):
         run = run_state(self.learn)
         try:
             late = dict(_NOT_ASKED) if self.stopped_by else self.stops.last_round()   # requests not yet agreed as the loop ended
-            if self.ran_epoch: self.save('end', stop=late['stop'], finished=run.fits_left <= 1)
+            reason = 'signal' if late['signal'] else 'switch' if late['stop'] else 'end'
+            if self.ran_epoch: self.save(reason, stop=late['stop'], finished=run.fits_left <= 1)
             if late['stop']: self._stop(late)
             self._settle()
             self._await_uploads()
@@ -434,7 +435,7 @@ class CheckpointCallback(Callback):
             ) -> bool:
         "Save this step boundary; `False` if already saved"
         pos = self.position()
-        if (pos['global_step'], pos['epoch_done']) == self.last_pos: return False
+        if (pos['global_step'], pos['epoch_done']) == self.last_pos and not (stop and not self.saved_stop): return False   # a late stop saves its step again: the manifest must say it
         self._settle()
         header = dict(**pos, world_size=world(), setup=self.setup,
                       versions=dict(torch=str(torch.__version__), fastai=fastai.__version__, ddpsafe=ddpsafe.__version__))
@@ -453,7 +454,7 @@ class CheckpointCallback(Callback):
             else: commit()
         elif not self.async_save: on_main(self._commit, step, checkpoint_writers(files), meta)
         elif is_main(): self.writer.submit(lambda: self._commit(step, checkpoint_writers(files), meta))
-        self.last_pos, self.last_save = (pos['global_step'], pos['epoch_done']), time.monotonic()
+        self.last_pos, self.last_save, self.saved_stop = (pos['global_step'], pos['epoch_done']), time.monotonic(), stop
         return True
 
     def _commit(self, step:int, files:dict, meta:dict) -> Path:
