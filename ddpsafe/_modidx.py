@@ -544,4 +544,5 @@ d = { 'settings': { 'branch': 'main',
                               'ddpsafe.text.lm_loader': ('text.html#lm_loader', 'ddpsafe/text.py'),
                               'ddpsafe.text.same_text_order': ('text.html#same_text_order', 'ddpsafe/text.py'),
                               'ddpsafe.text.set_hidden_state': ('text.html#set_hidden_state', 'ddpsafe/text.py'),
+                              'ddpsafe.text.shuffle_fn': ('text.html#shuffle_fn', 'ddpsafe/text.py'),
                               'ddpsafe.text.whole_batches': ('text.html#whole_batches', 'ddpsafe/text.py')}}}

@@ -54,7 +54,16 @@ def get_idxs(self):
     idxs, self.n_padded = whole_batches(idxs, self.dl.bs, self.rank, self.world_size)
     return idxs
 
-# %% ../nbs/13_text.ipynb #594881d3
+# %% ../nbs/13_text.ipynb #cebb62c4
+@patch_fastai('fastai.text.data', 'LMDataLoader.shuffle_fn')
+def shuffle_fn(self, idxs):
+    "fastai's shuffle of the texts, from their first order: an epoch's order depends on the random state alone"
+    self.items.reindex(L.range(self.items.coll)); self.lens.reindex(self.items.idxs)
+    self.items.shuffle()
+    self.make_chunks()
+    return idxs
+
+# %% ../nbs/13_text.ipynb #e828e0c0
 def _carriers(model) -> list:
     "(name, module) of each module of `model` that carries a hidden state from batch to batch, as AWD_LSTM does"
     return [(n, m) for n, m in get_model(model).named_modules()
@@ -69,7 +78,7 @@ def hidden_state(model # A model, maybe inside DDP's wrapper
     if not mods: return None
     return {_key(n, l, i): t.detach().to('cpu', copy=True) for n, m in mods for l, hs in enumerate(m.hidden) for i, t in enumerate(hs)}
 
-# %% ../nbs/13_text.ipynb #1233d506
+# %% ../nbs/13_text.ipynb #21075d80
 def _fitted(model, state:dict) -> list:
     "Each carrier's new `hidden` and `bs` from `state`, or `CheckpointMismatch` naming what does not fit"
     mods = _carriers(model)
