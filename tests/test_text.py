@@ -14,8 +14,9 @@ uninterrupted run's, bit for bit.
   first epoch (its `SentenceEncoder` starts every batch from zeros); `export` → `load_learner` → `predict` in a fresh
   Python without ddpsafe gives the uninterrupted run's prediction.
 - `test_resume_inside_epoch`: the language model stopped at the 3rd batch of its second epoch. AWD_LSTM starts each
-  batch from the hidden state the previous one left; the resume is exact only once that state (`ddpsafe.text.hidden_state`,
-  each rank's own) is a part of the checkpoint, put back right before the resumed batch (`set_hidden_state`).
+  batch from the hidden state the previous one left; the resume is exact only once that state is a part of the
+  checkpoint (`ddpsafe.text.HiddenState`, each rank's own), put back right before the resumed batch. Until the
+  checkpoint registry holds that part, this test fails on its last assertion (every weight tensor differs).
 
     python -m pytest tests/test_text.py -s        # 7 launches, each of them mostly imports"""
 from __future__ import annotations
@@ -43,10 +44,11 @@ def finished(l:Launch, timeout:float=240) -> Launch:
 
 def final(run:Path, fit:str) -> list: return [torch.load(f'{run}/w/{fit}.rank{r}', weights_only=True) for r in range(2)]
 
-def differ(a:dict, b:dict) -> list:
-    "The names of the tensors that are not bit-identical, with the largest difference"
+def differ(a:dict, b:dict) -> str|None:
+    "`None` if the weights `a` and `b` are bit-identical, else how many tensors differ and by how much at most"
     assert a.keys() == b.keys()
-    return [f'{k} (max |diff| {(a[k].float()-b[k].float()).abs().max().item():.3g})' for k in a if not torch.equal(a[k], b[k])]
+    d = {k: (a[k].float()-b[k].float()).abs().max().item() for k in a if not torch.equal(a[k], b[k])}
+    return f'{len(d)} of {len(a)} tensors differ, by up to {max(d.values()):.3g} ({max(d, key=d.get)})' if d else None
 
 @pytest.fixture(scope='module')
 def whole(tools, tmp_path_factory) -> dict:
@@ -104,4 +106,4 @@ def test_resume_inside_epoch(tools, whole, tmp_path):
     report(text='resumed to the end', seconds=again.seconds)
     for r, (a, b) in enumerate(zip(final(run, 'lm'), final(whole['run'], 'lm'))):
         assert not (d := differ(a, b)), (f'lm, rank {r}: resumed inside an epoch, the language model ends with other weights than the '
-                                         f'uninterrupted one ({len(d)} of {len(a)} tensors differ: {d[:3]})')
+                                         f'uninterrupted one ({d}); is ddpsafe.text.HiddenState a part of the checkpoint?')
