@@ -1,4 +1,4 @@
-"""fastai's text application trains under DDP: its language model loader is split across ranks in whole batches of one text order, and the hidden state AWD_LSTM carries from batch to batch can be read and put back for an exact resume.
+"""fastai's text application trains and resumes under DDP: its language model loader is split across ranks in whole batches of one text order, each epoch's order depends on the random state alone, and the hidden state AWD_LSTM carries from batch to batch is read and put back for an exact resume.
 
 Docs: https://ddpsafe.github.io/ddpsafe/text.html.md"""
 
@@ -15,7 +15,7 @@ from .learner import fastai_stock
 from .callbacks import patch_fastai
 
 # %% auto #0
-__all__ = ['whole_batches', 'lm_loader', 'same_text_order', 'hidden_state', 'set_hidden_state']
+__all__ = ['whole_batches', 'lm_loader', 'same_text_order', 'hidden_state', 'set_hidden_state', 'HiddenState']
 
 # %% ../nbs/13_text.ipynb #1ca03738
 def whole_batches(idxs:list,  # The epoch's item numbers, `n` of them, a multiple of `bs`
@@ -104,3 +104,10 @@ def set_hidden_state(model,      # A model, maybe inside DDP's wrapper
     if state is None: return
     if not _carriers(model): raise CheckpointMismatch('this model carries no hidden state, and one was saved')
     for m, hidden, bs in _fitted(model, state): m.hidden, m.bs = hidden, bs     # checked whole before any is set
+
+# %% ../nbs/13_text.ipynb #54034913
+class HiddenState:
+    "The hidden state `learn`'s model carries from batch to batch, as a checkpoint part; restore it right before the resumed batch"
+    def __init__(self, learn): self.learn = learn
+    def state_dict(self) -> dict|None: return hidden_state(self.learn.model)
+    def load_state_dict(self, d:dict|None): set_hidden_state(self.learn.model, d)
