@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import torch
 from fastcore.foundation import L
-from fastai.torch_core import get_model
+from fastai.torch_core import get_model, one_param
 from .core import CheckpointMismatch
 from .learner import fastai_stock
 from .callbacks import patch_fastai
@@ -92,7 +92,8 @@ def _fitted(model, state:dict) -> list:
                                      'it was saved from a model of other sizes')
     out = []
     for n, m in mods:
-        hidden = [tuple(state[_key(n, l, i)].to(t.device, t.dtype) for i, t in enumerate(hs)) for l, hs in enumerate(m.hidden)]
+        dev = one_param(m).device                      # the model's, even where `hidden` was made before the model moved
+        hidden = [tuple(state[_key(n, l, i)].to(dev, t.dtype) for i, t in enumerate(hs)) for l, hs in enumerate(m.hidden)]
         if len({t.shape[1] for hs in hidden for t in hs}) > 1: raise CheckpointMismatch(f'the hidden state of {n or "the model"} mixes batch sizes')
         out.append((m, hidden, hidden[0][0].shape[1]))
     return out
