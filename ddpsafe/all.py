@@ -20,6 +20,7 @@ from .checkpoint import *
 from .sharded import *
 from .fsdp import *          # learn.fsdp_ctx()
 import ddpsafe.callbacks   # patches fastai's trackers, lr_find, GatherPredsCallback, CSVLogger, TerminateOnNaNCallback
+from .text import hidden_state, set_hidden_state, HiddenState   # and splits fastai's language model loader across ranks in whole batches
 from .preempt import REQUEUE_EXIT_CODE, StopRequests
 from .cli import ddpsafe_ls, ddpsafe_verify, ddpsafe_status
 
@@ -27,4 +28,5 @@ from .cli import ddpsafe_ls, ddpsafe_verify, ddpsafe_status
 import ddpsafe.core, ddpsafe.io, ddpsafe.manifest, ddpsafe.learner, ddpsafe.parts, ddpsafe.shards, ddpsafe.upload, ddpsafe.checkpoint, ddpsafe.sharded, ddpsafe.fsdp
 __all__ = [n for m in (ddpsafe.core, ddpsafe.io, ddpsafe.manifest, ddpsafe.learner, ddpsafe.parts, ddpsafe.shards, ddpsafe.upload, ddpsafe.checkpoint, ddpsafe.sharded, ddpsafe.fsdp) for n in m.__all__]
 __all__ += ['claim_folder', 'FolderInUse', 'FolderClaim', 'read_owner', 'OWNER',
-            'REQUEUE_EXIT_CODE', 'StopRequests', 'ddpsafe_ls', 'ddpsafe_verify', 'ddpsafe_status']
+            'REQUEUE_EXIT_CODE', 'StopRequests', 'ddpsafe_ls', 'ddpsafe_verify', 'ddpsafe_status',
+            'hidden_state', 'set_hidden_state', 'HiddenState']

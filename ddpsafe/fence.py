@@ -14,7 +14,7 @@ __all__ = ['FASTAI_CHECKED', 'FENCE', 'fastai_source', 'source_digest', 'fence_c
 # %% ../nbs/12_fence.ipynb #e6ae144a
 FASTAI_CHECKED = '2.8.12'   # the fastai release whose sources the digests below are of
 
-FENCE = [  # (fastai module, name, how ddpsafe replaces it, where, sha256[:12] of fastai's source; None: fastai has none)
+FENCE = [  # (fastai module, name, how ddpsafe replaces it or 'relied on' (how it works is assumed), where, sha256[:12] of fastai's source; None: fastai has none)
     ('fastai.learner', 'Learner.fit', 'wrapped', 'callbacks', 'ea3d749b5657'),
     ('fastai.learner', 'Learner._do_fit', 'copied', 'checkpoint', '66298c9485be'),
     ('fastai.learner', 'Learner.all_batches', 'copied', 'checkpoint', '1fba83b3b27a'),
@@ -44,6 +44,10 @@ FENCE = [  # (fastai module, name, how ddpsafe replaces it, where, sha256[:12] o
     ('fastai.text.learner', 'TextLearner.save_encoder', 'copied', 'learner', '9e178eda84e0'),
     ('fastai.text.learner', 'TextLearner.load_encoder', 'copied', 'learner', '25c384798cd5'),
     ('fastai.text.learner', 'TextLearner.load', 'copied', 'learner', 'f61af167cdc9'),
+    ('fastai.distributed', 'DistributedDL.get_idxs', 'copied', 'text', '51ac7ad06d4d'),
+    ('fastai.text.data', 'LMDataLoader.shuffle_fn', 'replaced', 'text', 'fff359b8e0b4'),
+    ('fastai.text.data', 'LMDataLoader.create_item', 'relied on', 'text', 'c24ad58cee2a'),   # the items the split cuts in whole batches
+    ('fastai.text.models.awdlstm', 'AWD_LSTM.forward', 'relied on', 'text', '82ae391c6d34'), # `hidden` and `bs`, read by `hidden_state`
 ]
 
 # %% ../nbs/12_fence.ipynb #89771634

@@ -5,7 +5,8 @@
 
 MODE `worker`: in epoch 1 the 5th item a DataLoader worker of rank R loads raises `ValueError('corrupt sample I')`.
 MODE `lm`: fastai's language model (`language_model_learner`, AWD_LSTM) on 200 generated texts: fastai's LM DataLoader,
-split across ranks, fails in `fa_collate` on one rank (a known stock fastai failure under DDP).
+split across ranks by fastai's own `DistributedDL.get_idxs`, fails in `fa_collate` on one rank (a stock fastai failure
+under DDP, which `ddpsafe.text` fixes; the script puts fastai's split back to have a failure to name).
 MODE `block`: in epoch 1 the 5th item a worker of rank R loads never comes back (it sleeps); MODE `lock`: a user callback
 on rank R waits at step 9 for a lock nobody releases. MODE `none`: no fault (the reference run; `--out` keeps the weights).
 MODE `callback`: a user callback raises `ValueError('bad callback at step 9')` on rank R right after the checkpoint of
@@ -87,6 +88,9 @@ def language_model(run:Path):
     from fastai.text.all import TextDataLoaders, BaseTokenizer, language_model_learner, AWD_LSTM, ProgressCallback
     import fastai.distributed
     from ddpsafe.checkpoint import CheckpointCallback
+    from ddpsafe.learner import fastai_stock
+    fd = sys.modules['fastai.distributed']
+    fd.DistributedDL.get_idxs = fastai_stock.get('DistributedDL.get_idxs', fd.DistributedDL.get_idxs)   # fastai's own split
     words, rnd = 'the a cat dog sat ran on under mat log big small red blue fast slow'.split(), random.Random(0)
     df = pd.DataFrame(dict(text=[' '.join(rnd.choice(words) for _ in range(rnd.randint(5, 40))) for _ in range(200)]))
     dls = TextDataLoaders.from_df(df, text_col='text', is_lm=True, tok_tfm=BaseTokenizer(), bs=16, seq_len=20, path=run,
