@@ -10,12 +10,13 @@ import sys
 import torch
 from fastcore.foundation import L
 from fastai.torch_core import get_model, one_param
-from .core import CheckpointMismatch
+from .core import CheckpointMismatch, rank
 from .learner import fastai_stock
 from .callbacks import patch_fastai
+from .parts import Part, register_part
 
 # %% auto #0
-__all__ = ['whole_batches', 'lm_loader', 'same_text_order', 'hidden_state', 'set_hidden_state', 'HiddenState']
+__all__ = ['whole_batches', 'lm_loader', 'same_text_order', 'hidden_state', 'set_hidden_state', 'HiddenState', 'hidden_part']
 
 # %% ../nbs/13_text.ipynb #1ca03738
 def whole_batches(idxs:list,  # The epoch's item numbers, `n` of them, a multiple of `bs`
@@ -107,8 +108,17 @@ def set_hidden_state(model,      # A model, maybe inside DDP's wrapper
     for m, hidden, bs in _fitted(model, state): m.hidden, m.bs = hidden, bs     # checked whole before any is set
 
 # %% ../nbs/13_text.ipynb #54034913
-class HiddenState:
-    "The hidden state `learn`'s model carries from batch to batch, as a checkpoint part; restore it right before the resumed batch"
-    def __init__(self, learn): self.learn = learn
+class HiddenState(Part):
+    "The hidden state `learn`'s model carries from batch to batch, each rank's own; set right before the resumed batch"
+    ranks = 'each'
+    def __init__(self, learn): super().__init__('hidden'); self.learn,self.resumed = learn,None
     def state_dict(self) -> dict|None: return hidden_state(self.learn.model)
-    def load_state_dict(self, d:dict|None): set_hidden_state(self.learn.model, d)
+    def load_state_dict(self, d:list):   # every saving rank's state
+        self.resumed = d[rank()] if rank() < len(d) else None   # a rank that did not save starts from zeros, as a new epoch does
+    def at_resume_point(self):
+        if self.resumed is not None: set_hidden_state(self.learn.model, self.resumed); self.resumed = None
+
+@register_part
+def hidden_part(learn) -> HiddenState|None:
+    "The hidden state's part, when the model carries one (a fastai RNN such as `AWD_LSTM`)"
+    return HiddenState(learn) if hidden_state(learn.model) is not None else None
