@@ -93,7 +93,7 @@ def main(argv=None) -> int:
         learn.remove_cb(ProgressCallback)
         try:
             with learn.distrib_ctx(sync_bn=False):   # on CPU: DDP refuses SyncBatchNorm (the classifier has BatchNorm)
-                learn.fit(a.epochs, 1e-2, cbs=Markers(name, path=f'{name}_checkpoints', every_epoch=1))
+                learn.fit(a.epochs, 1e-2, cbs=Markers(name, path=f'{name}_checkpoints', every_epoch=1, poll_seconds=0))   # a round every step: the test names the step the stop lands on
         except SystemExit as e: code = e.code if isinstance(e.code, int) else 1
         if code == 0 and a.out:
             Path(a.out).mkdir(parents=True, exist_ok=True)
