@@ -11,8 +11,10 @@ Each run is `torchrun --nproc_per_node 2 tests/scripts/apps_train.py APP RUN` (2
 - collab: `collab_learner` on generated ratings (`CollabDataLoaders.from_df`).
 
 For each: run A, uninterrupted, to the end; run B, the same command, with SIGTERM sent to torchrun's own pid once rank 0
-has logged its 3rd training batch: every rank exits 75, torchrun 1, `ddpsafe-status` 75, and the newest checkpoint was
-saved for the signal inside an epoch; then the same command again, to the end. Every tensor of the final `state_dict` (the
+has logged the 1st training batch of the second epoch: every rank exits 75, torchrun 1, `ddpsafe-status` 75, and the
+newest checkpoint was saved for the signal inside epoch 1; then the same command again, to the end. Stopping in the
+second epoch, not the first, is what makes the test able to fail: a resume inside epoch 0 that restored no random state
+and no loader position at all would still replay epoch 0 as run A drew it, from the script's `set_seed(0)`. Every tensor of the final `state_dict` (the
 weights and the BatchNorm buffers) of B equals A's, on each rank, with `torch.equal`. Every launch is bounded: one that
 does not end in time fails, naming the ranks that reported no result.
 
@@ -32,7 +34,8 @@ from test_launchers import Launch, tools, env, status, report, ROOT, BIN
 
 SCRIPT = ROOT/'tests'/'scripts'/'apps_train.py'
 VISION_BIN = ROOT/'.venv-vision'/'bin'
-SIGNAL_AFTER = 3                 # training batches rank 0 has logged when torchrun gets SIGTERM: each epoch has 6 or more
+BATCHES = dict(vision=6, tabular=12, collab=15)     # training batches of each rank in an epoch
+def signal_after(app:str) -> int: return BATCHES[app] + 1   # rank 0's batches done when torchrun gets SIGTERM: inside epoch 1
 
 def bin_for(app:str) -> Path:
     "The folder of the torchrun and python that run `app`: `.venv-vision`'s for vision, else this one's"
@@ -69,18 +72,22 @@ def finished(l:Launch, timeout:float=240) -> Launch:
     assert code == 0 and [r and r['code'] for r in l.results()] == [0]*l.n, f'{l.name}: exit {code}\n{l.output()[-4000:]}'
     return l
 
-def steps(l:Launch) -> int: return l.output().count('\nSTEP ')
+def steps(l:Launch) -> int:
+    "Training batches rank 0 has logged in `l`'s run folder so far (its marker file: the ranks' output lines can interleave)"
+    return sum(m.startswith('STEP ') for m in l.marks(0))
 
 def stop_and_resume(tools, tmp_path:Path, app:str, *extra) -> tuple:
-    "Run A to the end; run B, SIGTERM to torchrun after rank 0's 3rd batch, check the stop, run B again to the end; compare"
+    "Run A to the end; run B, SIGTERM to torchrun inside epoch 1, check the stop, run B again to the end; compare"
     whole = finished(Launch(command(app, tmp_path/'whole', *extra), tmp_path/'whole', tools, 'whole'))
+    assert steps(whole) == 2*BATCHES[app], f'{app}: rank 0 trained {steps(whole)} batches in 2 epochs, not 2x{BATCHES[app]}'
     run = tmp_path/'run'
     l = Launch(command(app, run, *extra, '--slow', 0.3), run, tools, 'preempted')
-    try: wait_until(lambda: f'STEP {SIGNAL_AFTER}' in l.marks(0) or l.proc.poll() is not None, 240, f'STEP {SIGNAL_AFTER}', rank=0, every=0.02)
-    except WaitTimeout: l.kill(); pytest.fail(f'{app}: rank 0 never logged training batch {SIGNAL_AFTER}\n{l.output()[-4000:]}')
+    mark = f'STEP {signal_after(app)}'
+    try: wait_until(lambda: mark in l.marks(0) or l.proc.poll() is not None, 240, mark, rank=0, every=0.02)
+    except WaitTimeout: l.kill(); pytest.fail(f'{app}: rank 0 never logged {mark}\n{l.output()[-4000:]}')
     os.kill(l.proc.pid, signal.SIGTERM)                  # torchrun's own pid, as Kubernetes and SLURM signal the launcher
     code = l.wait(120)
-    res = l.results()
+    res, before = l.results(), steps(l)
     assert [r and r['code'] for r in res] == [REQUEUE_EXIT_CODE]*2 and [r['stopped_by'] for r in res] == ['signal']*2, \
         f'{app}: rank results {res}, torchrun exit {code}\n{l.output()[-4000:]}'
     assert code == 1, f'torchrun exited {code}: it exits 1 after a forwarded SIGTERM'
@@ -88,11 +95,11 @@ def stop_and_resume(tools, tmp_path:Path, app:str, *extra) -> tuple:
     ck = newest_complete(run/'checkpoints')
     assert ck is not None, f'{app}: no complete checkpoint in {run/"checkpoints"} after the stop'
     man = read_manifest(ck)
-    assert man['reason'] == 'signal' and not man['epoch_done'], f'{app}: not saved for the signal inside an epoch: {man}'
+    assert (man['reason'], man['epoch'], man['epoch_done']) == ('signal', 1, False), f'{app}: not saved for the signal inside epoch 1: {man}'
     assert status(tools, run/'checkpoints') == REQUEUE_EXIT_CODE
     again = finished(Launch(command(app, run, *extra), run, tools, 'resumed'))
     assert status(tools, run/'checkpoints') == 0
-    assert 0 < steps(again) < steps(whole), f'{app}: the rerun trained {steps(again)} batches, the whole run {steps(whole)}: no resume?'
+    assert 0 < steps(again) - before < steps(whole), f'{app}: the rerun trained {steps(again) - before} batches, run A {steps(whole)}: no resume?'
     report(app=app, stopped_at=dict(epoch=man['epoch'], step=man['step']), seconds=[whole.seconds, l.seconds, again.seconds])
     for r, (a, b) in enumerate(zip(final_state(tmp_path/'whole'), final_state(run))):
         assert not (diff := differences(a, b)), f'{app}, rank {r}: the resumed run ends with other tensors than the uninterrupted one: {diff}'
