@@ -30,6 +30,7 @@ import pytest, torch
 from ddpsafe.testing import wait_until, WaitTimeout
 from ddpsafe.preempt import REQUEUE_EXIT_CODE
 from ddpsafe.manifest import newest_complete, read_manifest
+from ddpsafe.learner import BN_ON_CPU_NOTE
 from test_launchers import Launch, tools, env, status, report, ROOT, BIN
 
 SCRIPT = ROOT/'tests'/'scripts'/'apps_train.py'
@@ -112,7 +113,7 @@ def test_vision(tools, tmp_path):
     for run in ['whole', 'run']: write_images(tmp_path/run/'images')
     whole, _, again = stop_and_resume(tools, tmp_path, 'vision', '--export')
     for l in [whole, again]:
-        notes = l.output().count('ddpsafe: training with sync_bn=False: the model has BatchNorm layers and this machine has no CUDA')
+        notes = l.output().count(BN_ON_CPU_NOTE)
         assert notes == 1, f'{l.name}: the note on sync_bn was printed {notes} times, not once (rank 0)\n{l.output()[-3000:]}'
     probs = [json.loads(m[6:]) for m in again.marks(0) if m.startswith('PROBS ')]
     image = sorted((tmp_path/'run'/'images').rglob('*.png'))[0]
