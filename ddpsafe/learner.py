@@ -12,8 +12,9 @@ from datetime import timedelta
 from pathlib import Path
 import numpy as np
 import torch, torch.distributed as dist
+from torch import nn
 import cloudpickle
-from fastcore.basics import patch, patch_to, ifnone
+from fastcore.basics import patch, patch_to, ifnone, noop
 from fastcore.meta import delegates
 from fastcore.foundation import L
 from fastcore.xtras import join_path_file
@@ -26,9 +27,9 @@ from .sharded import is_sharded, full_weights, load_full_weights, full_optimizer
 from .io import *
 
 # %% auto #0
-__all__ = ['fastai_stock', 'when_imported', 'start_process_group', 'patch_distributed', 'fastai_safe_globals', 'save_model',
-           'load_model', 'pickled_modules', 'from_ddpsafe', 'ddpsafe_parts', 'without_ddpsafe', 'load_learner',
-           'patch_text_learner', 'load_dls']
+__all__ = ['fastai_stock', 'BN_ON_CPU_NOTE', 'when_imported', 'has_batchnorm', 'usable_sync_bn', 'start_process_group',
+           'patch_distributed', 'fastai_safe_globals', 'save_model', 'load_model', 'pickled_modules', 'from_ddpsafe',
+           'ddpsafe_parts', 'without_ddpsafe', 'load_learner', 'patch_text_learner', 'load_dls']
 
 # %% ../nbs/03_learner.ipynb #8d1594d8
 fastai_stock = fastai.learner.__dict__.setdefault('_ddpsafe_stock', dict(
@@ -55,6 +56,24 @@ def when_imported(name:str, f):
     "Call `f` once module `name` is imported"
     if name in sys.modules: f()
     else: sys.meta_path.insert(0, _AfterImport(name, f))
+
+# %% ../nbs/03_learner.ipynb #416afe24
+BN_ON_CPU_NOTE = ("ddpsafe: training with sync_bn=False: the model has BatchNorm layers and this machine has no CUDA, and DDP's "
+                  "SyncBatchNorm works only on GPU modules; each rank normalizes with its own batches' statistics. "
+                  "Pass distrib_ctx(sync_bn=False) to silence this note")
+_said_bn_on_cpu = []
+
+def has_batchnorm(model) -> bool:
+    "Does `model` hold a BatchNorm layer (any that `nn.SyncBatchNorm.convert_sync_batchnorm` would convert)?"
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+
+def usable_sync_bn(model,        # The model DDP is about to wrap
+                   sync_bn:bool  # What the user asked of `distrib_ctx` / `to_distributed`
+                  ) -> bool:
+    "`sync_bn`, or `False` for a model with BatchNorm on a machine without CUDA (said once, on rank 0)"
+    if not sync_bn or torch.cuda.is_available() or not has_batchnorm(model): return sync_bn
+    if is_main() and not _said_bn_on_cpu: _said_bn_on_cpu.append(True); print(BN_ON_CPU_NOTE)
+    return False
 
 # %% ../nbs/03_learner.ipynb #ac9cdf3b
 def _init_from_env():
@@ -89,6 +108,16 @@ def patch_distributed():
         self.sync_bn,self.kwargs = sync_bn,kwargs
         self.accelerator = fd.Accelerator(**kwargs)
         bound_process_group()
+
+    @patch_to(fd.DistributedTrainer)
+    def before_fit(self):
+        "fastai's, with `sync_bn` only where DDP can sync BatchNorm (`usable_sync_bn`)"
+        self.sync_bn = usable_sync_bn(self.model, self.sync_bn)
+        self.learn.model = self.accelerator.prepare(
+            nn.SyncBatchNorm.convert_sync_batchnorm(self.model) if self.sync_bn else self.model)
+        self.old_dls = list(self.dls)
+        self.learn.dls.loaders = [self._wrap_dl(dl) for dl in self.dls]
+        if fd.rank_distrib(): self.learn.logger = noop
 
     @patch_to(Learner)
     @contextmanager
