@@ -143,7 +143,7 @@ def test_step_lock_is_held_around_step():
 def ddp_fit(folder, async_save:bool, n_epoch:int=3, cbs=(), **ck_kwargs):
     "fit_one_cycle on `synth_learner` under DDP with a `CheckpointCallback`; the final weights"
     learn = quiet(synth_learner(n=128, path=folder))
-    ck = CheckpointCallback(async_save=async_save, exit_code=None, **{'every_steps': 2, 'keep': 100, **ck_kwargs})
+    ck = CheckpointCallback(async_save=async_save, exit_code=None, **{'every_steps': 2, 'keep': 100, 'poll_seconds': 0, **ck_kwargs})   # a round every step: the tests name the steps stops land on
     with learn.distrib_ctx(): learn.fit_one_cycle(n_epoch, 1e-2, cbs=[ck, *cbs])
     return {k: v.detach().clone() for k, v in learn.model.state_dict().items()}
 
