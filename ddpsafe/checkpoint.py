@@ -42,9 +42,10 @@ from .upload import *
 
 
 # %% auto #0
-__all__ = ['step_lock', 'RunState', 'run_state', 'model_signature', 'optimizer_signature', 'fit_method', 'fit_signature',
-           'setup_signature', 'setup_changes', 'choose_checkpoint', 'read_checkpoint_file', 'check_setup',
-           'resume_message', 'position_in', 'world_change_message', 'claim_checkpoints', 'CheckpointCallback']
+__all__ = ['ROLLED_BACK', 'step_lock', 'RunState', 'run_state', 'model_signature', 'optimizer_signature', 'fit_method',
+           'fit_signature', 'setup_signature', 'setup_changes', 'choose_checkpoint', 'read_checkpoint_file',
+           'chosen_checkpoint', 'check_setup', 'resume_message', 'position_in', 'world_change_message',
+           'claim_checkpoints', 'CheckpointCallback']
 
 # %% ../nbs/08_checkpoint.ipynb #9f2b6736
 _locks = ddpsafe.__dict__.setdefault('_step_locks', weakref.WeakKeyDictionary())   # one per process, however often this runs: kept in the package
@@ -214,6 +215,29 @@ def read_checkpoint_file(ck:Path, # A checkpoint folder
                                 f'it was replaced or written by something else. Check the folder with `ddpsafe-verify {ck.parent}`, '
                                 'then remove that checkpoint, or start afresh with another `path` or `resume=False`') from e
 
+# %% ../nbs/08_checkpoint.ipynb #08c0a002
+ROLLED_BACK = 'rolled-back-'   # the name prefix of checkpoints set aside by a resume from an older one
+
+def chosen_checkpoint(resume,  # A checkpoint's step, or its folder (absolute, or relative to `base`)
+                      roots,   # The checkpoints folders: the newer checkpoints in each are set aside
+                      base=None # The folder a relative `resume` is relative to
+                     ) -> tuple:
+    "The checkpoint `resume` names, checked, and its manifest; the newer ones renamed aside (rank 0)"
+    roots = [as_path(r) for r in roots]
+    if isinstance(resume, int): found = [r/checkpoint_name(resume) for r in roots]
+    else: found = [as_path(resume) if is_url(str(resume)) or Path(resume).is_absolute() else Path(base or '.')/resume]
+    ck = next((p for p in found if p.exists()), None)
+    if ck is None: raise FileNotFoundError(errno.ENOENT, f'resume={resume!r}: no such checkpoint ({", ".join(map(str, found))})')
+    if problems := check_checkpoint(ck): raise CorruptCheckpoint(f'resume={resume!r}: {ck} is not a complete checkpoint: ' + '; '.join(problems))
+    newer = [p for r in roots for p in checkpoints(r) if checkpoint_step(p) > checkpoint_step(ck)]
+    if newer and any(is_url(p) for p in newer):
+        raise ValueError(f'resume={resume!r}: {", ".join(map(str, newer))} are newer, and on object storage ddpsafe does not rename them aside: '
+                         'remove them first, or the next automatic resume would pick them')
+    for p in newer: p.rename(p.with_name(ROLLED_BACK + p.name))
+    if newer: print(f'ddpsafe: resuming from {ck}, as asked; the {len(newer)} newer checkpoint{"s"*(len(newer)>1)} '
+                    f'({", ".join(p.name for p in newer)}) renamed {ROLLED_BACK}*, which no resume reads')
+    return ck, read_manifest(ck), []
+
 # %% ../nbs/08_checkpoint.ipynb #998d3095
 def check_setup(ck:Path,       # The checkpoint
                 saved:dict|None, # The setup it was saved with; `None` for checkpoints older than setups
@@ -295,7 +319,7 @@ class CheckpointCallback(Callback):
                  storage_options:dict|None=None, # For a URL `path` (`s3://bucket/run`): fsspec's options (credentials, `endpoint_url`...)
                  local:str|None=None, # A fast local folder (relative to `learn.path`): commit there first, upload to `path` in the background
                  upload_wait:float=60., # With `local`: after a stop by signal, wait this many seconds at most for the upload
-                 resume:bool=True, # Start from the newest complete checkpoint in `path`
+                 resume:bool|int|str=True, # True: from the newest complete checkpoint in `path`; False: afresh; a step or a checkpoint folder: from that one
                  accept_changes=(), # What a resume may find changed on purpose: any of 'model', 'optimizer', 'fit', 'parts'
                  extra:dict|None=None): # Objects of yours to save with every checkpoint, by name: anything with `state_dict()` and `load_state_dict()`
         store_attr()
@@ -341,7 +365,7 @@ class CheckpointCallback(Callback):
         if run.fits_left and run.stopped:
             self.skipped_fit = True
             raise CancelFitException()      # a stop request ended an earlier fit of this `fine_tune`: the rest waits for the resume
-        if self.resume: self._resume()
+        if self.resume is not False and self.resume is not None: self._resume()
 
     def after_fit(self):
         "Save the fit's end; act on a stop request from the last round; after a signal, exit"
@@ -510,7 +534,8 @@ class CheckpointCallback(Callback):
     # ---- resuming
     def _resume(self):
         "Load this fit's newest checkpoint and go on from it"
-        ck, man, skipped = on_main(choose_checkpoint, *filter(None, (self.local_root, self.root)))
+        roots = list(filter(None, (self.local_root, self.root)))
+        ck, man, skipped = on_main(choose_checkpoint, *roots) if self.resume is True else on_main(chosen_checkpoint, self.resume, roots, self.learn.path)
         for p, why in skipped: warnings.warn(f'ddpsafe: skipping checkpoint {p}: {"; ".join(why)}')
         if ck is not None and self.uploader is not None: self._catch_up(ck)
         if ck is None or man.get('fit', 0) < self.fit_idx: return
