@@ -8,10 +8,9 @@ Docs: https://ddpsafe.github.io/ddpsafe/parts.html.md"""
 from __future__ import annotations
 import sys, random
 from pathlib import Path
-from fastcore.basics import patch
 import numpy as np, torch, xxhash
 import torch.utils.data as tud
-from fastcore.basics import listify
+from fastcore.basics import patch, listify
 from fastai.learner import Learner
 from fastai.optimizer import OptimWrapper
 from fastai.torch_core import get_model
