@@ -84,11 +84,8 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     if a.app == 'predict': return predict(a.path, a.image)
     r, path = int(os.environ.get('RANK', '0')), Path(a.path)
-    log = None
-    if a.marks: Path(a.marks).mkdir(parents=True, exist_ok=True); log = open(Path(a.marks)/f'rank{r}.log', 'a', buffering=1)
-    def say(line):
-        print(line, flush=True)
-        if log: log.write(line + '\n')
+    from marks import marker_log   # beside this script
+    say = marker_log(a.marks, r)
     say(f'PID {os.getpid()}')
     t0 = time.time()
     import torch

@@ -56,11 +56,8 @@ def own_loaders(kind:str, train, valid, workers:int, persistent:bool=False) -> t
 def main(argv=None) -> int:
     a = parse_args(argv)
     r = int(os.environ.get('RANK', '0'))
-    log = None
-    if a.marks: Path(a.marks).mkdir(parents=True, exist_ok=True); log = open(Path(a.marks)/f'rank{r}.log', 'a', buffering=1)
-    def say(line):
-        print(line, flush=True)
-        if log: log.write(line + '\n')
+    from marks import marker_log   # beside this script
+    say = marker_log(a.marks, r)
     say(f'PID {os.getpid()}')
     t0 = time.time()
     import torch
