@@ -40,7 +40,10 @@ class Part:
     ranks:str = 'one'       # Whose state is kept: 'one' (rank 0's: every rank holds the same), 'each' (every rank's), 'auto' (one when all ranks hold the same, else each)
     when_missing:str = 'keep' # A checkpoint without it: 'keep' this run's own state (and say so), or 'refuse' the checkpoint
     source = 'the checkpoint' # Where a resume read its state from (set by the registry, for errors)
-    def __init__(self, name:str, key:str|None=None): self.name,self.key = name,key or name
+    def __init__(self,
+                 name:str,            # Its name, in messages and in the manifest
+                 key:str|None=None):  # Its key in a file it shares; default: `name`
+        self.name,self.key = name,key or name
     def state_dict(self): raise NotImplementedError
     def load_state_dict(self, d): raise NotImplementedError
     def __repr__(self): return f'{type(self).__name__}({self.name!r} in {self.file})'
