@@ -470,7 +470,7 @@ def load(self:TrainingState,
         return cache[p.file] if p.whole else cache[p.file][p.key]
     for p in self:
         if p.name in skip or p.name not in saved: continue
-        p.source = Path(ck)/p.file
+        p.source = ck/p.file          # a local `Path`, or a URL's
         if index is not None and callable(getattr(p, 'load_shards', None)):
             p.load_shards(contents(p) if p.file in present else None, ck, index); continue
         fitting(p, lambda: p.load_state_dict(own_state(p, contents(p))))
