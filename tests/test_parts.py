@@ -162,7 +162,7 @@ def to_old_format(ck:Path):
     with torch.serialization.safe_globals(fastai_safe_globals()):
         files = {n: (safe_load(ck/n) if n.endswith('.pt') else (ck/n).read_bytes()) for n in man['files'] if n != 'user.pt'}
     del files['state.pt']['parts']
-    meta = {k: v for k, v in man.items() if k not in ('format', 'step', 'time', 'files')}
+    meta = {k: v for k, v in man.items() if k not in ('format', 'step', 'time', 'files', 'parts')}   # old manifests named no parts
     shutil.rmtree(ck)
     write_checkpoint(ck.parent, man['step'], {n: torch_writer(v) if n.endswith('.pt') else v for n, v in files.items()}, meta)
 
