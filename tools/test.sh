@@ -9,4 +9,4 @@ bash tools/setup.sh
 bash tools/setup_vision.sh
 export PATH="$PWD/.venv/bin:$PATH"
 nbdev-test --n-workers 2 --timing
-python -m pytest tests -ra -p no:cacheprovider "$@"
+python -m pytest tests -ra -p no:cacheprovider --durations=40 "$@"
