@@ -24,7 +24,7 @@ fails, saying so.
 
     python -m pytest tests/test_apps.py -s        # about 3 minutes on 2 cores"""
 from __future__ import annotations
-import os, json, signal, subprocess
+import os, re, json, signal, subprocess
 from pathlib import Path
 import pytest, torch
 from ddpsafe.testing import wait_until, WaitTimeout
@@ -133,3 +133,65 @@ def test_tabular(tools, tmp_path):
 def test_collab(tools, tmp_path):
     "Users, films and ratings; embeddings with biases"
     stop_and_resume(tools, tmp_path, 'collab')
+
+# ---------------------------------------------------------------------------------------------------------------
+# The landing page's script, as written, through the requeue recipe
+
+def landing_script() -> str:
+    "The `train.py` the landing page (nbs/index.ipynb) shows, exactly as a reader copies it"
+    nb = json.loads((ROOT/'nbs'/'index.ipynb').read_text())
+    for c in nb['cells']:
+        if c['cell_type'] == 'markdown' and '# train.py' in (src := ''.join(c['source'])):
+            return re.search(r'```python\n(# train\.py\n.*?)```', src, re.S).group(1)
+    pytest.fail('nbs/index.ipynb shows no `# train.py` script', pytrace=False)
+
+PREPARE = '''
+import sys, numpy as np, torch, torchvision
+from pathlib import Path
+from PIL import Image
+from torch.hub import get_dir
+data, n_train, n_valid = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+rng = np.random.default_rng(0)
+for split, n in (('train', n_train), ('valid', n_valid)):         # MNIST_SAMPLE's layout: train/3, train/7, valid/3, valid/7
+    for i in range(n):
+        label = ('3', '7')[i % 2]
+        (data/split/label).mkdir(parents=True, exist_ok=True)
+        px = rng.normal(70 if label == '3' else 180, 40, (28, 28)).clip(0, 255).astype('uint8')
+        Image.fromarray(px, mode='L').save(data/split/label/f'{i:04d}.png')
+# the "pretrained" weights, in torch hub's cache where torchvision looks before downloading: random ones, made here
+url = torchvision.models.ResNet18_Weights.DEFAULT.url
+dest = Path(get_dir())/'checkpoints'/url.rsplit('/', 1)[1]
+dest.parent.mkdir(parents=True, exist_ok=True)
+torch.manual_seed(0); torch.save(torchvision.models.resnet18().state_dict(), dest)
+'''
+
+@pytest.mark.timeout(600)
+def test_landing_script_through_requeue(tools, tmp_path):
+    "The landing page's train.py, as written, under examples/requeue.sh with torchrun; SIGTERM to torchrun: requeued, resumed, finished"
+    bin_for('vision')
+    job = tmp_path/'job'                                 # the working directory, as a user's job folder
+    job.mkdir()
+    script = landing_script()
+    assert 'untar_data, URLs.MNIST_SAMPLE' in script and "path='.'" in script, script
+    (job/'train.py').write_text(script)
+    # nothing can be downloaded here: fastai's data folder and torch hub's cache already hold what the script asks for
+    extra = dict(FASTAI_HOME=tmp_path/'fastai', TORCH_HOME=tmp_path/'torch')
+    prep = subprocess.run([str(VISION_BIN/'python'), '-c', PREPARE, str(tmp_path/'fastai'/'data'/'mnist_sample'), '320', '64'],
+                          capture_output=True, text=True, timeout=120, env=env(tools, **extra))
+    assert prep.returncode == 0, prep.stderr[-3000:]
+    vision_tools = dict(tools, PATH=f'{VISION_BIN}:{tools["PATH"]}')   # torchrun and ddpsafe-status of .venv-vision
+    l = Launch(['bash', str(ROOT/'examples'/'requeue.sh'), 'checkpoints', 'torchrun', '--nproc_per_node', '2', 'train.py'],
+               job/'run', vision_tools, 'loop', MAX_RUNS=3, **extra)
+    try: wait_until(lambda: newest_complete(job/'checkpoints') is not None or l.proc.poll() is not None, 300, 'a first checkpoint', rank=0, every=0.05)
+    except WaitTimeout: l.kill(); pytest.fail(f'no checkpoint in {job/"checkpoints"} after 300 s\n{l.output()[-4000:]}')
+    assert l.proc.poll() is None, f'the loop ended before the signal:\n{l.output()[-4000:]}'
+    torchrun = int(subprocess.run(['pgrep', '-P', str(l.proc.pid)], capture_output=True, text=True).stdout.split()[0])
+    os.kill(torchrun, signal.SIGTERM)                    # as a scheduler preempts the job: the launcher's own pid
+    code = l.wait(400)
+    out = l.output()
+    runs = re.findall(r'requeue.sh: run (\d+): launcher exit (-?\d+), ddpsafe-status (\d+)', out)
+    report(launch='landing script, requeue.sh + torchrun', loop_exit=code, runs=runs, seconds=l.seconds)
+    assert code == 0 and [(r, s) for r, _, s in runs] == [('1', str(REQUEUE_EXIT_CODE)), ('2', '0')], (code, runs, out[-4000:])
+    assert f'ddpsafe: checkpoints in {job/"checkpoints"}' in out, out[-4000:]        # rank 0 says where, and it is where the loop looks
+    assert 'ddpsafe: resumed from' in out and 'requeue.sh: finished' in out, out[-4000:]
+    assert status(tools, job/'checkpoints') == 0 and read_manifest(newest_complete(job/'checkpoints'))['finished']

@@ -15,6 +15,7 @@ import os, sys, shutil, subprocess, tempfile, importlib.util
 from pathlib import Path
 import pytest
 from ddpsafe.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint, read_manifest, checkpoint_name, MANIFEST
+from ddpsafe.preempt import REQUEUE_EXIT_CODE
 
 from conftest import train_ckpt, fail_msg, batches, resumed_on
 tc = train_ckpt()
@@ -45,7 +46,7 @@ def run_chain(folder, fit:str, stops:list, n_epoch:int=N_EPOCH) -> list:
     for stop in stops:
         g = stop[-1]
         codes, outs, res = tc.run(path, n_epoch, '--fit', fit, *stop_args(stop))
-        want = 0 if stop[0] == 'touch' else 75
+        want = 0 if stop[0] == 'touch' else REQUEUE_EXIT_CODE
         assert codes == [want, want], f'stop {stop}: exit codes {codes}\n' + fail_msg(outs)
         assert [o['steps'] for o in res] == [g+1, g+1], f'stop {stop}: stopped at {[o["steps"] for o in res]}, not {g+1}\n' + fail_msg(outs)
         ck = newest_complete(path/'checkpoints')

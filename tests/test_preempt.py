@@ -16,7 +16,7 @@ import os, sys, time, shutil, random, signal, subprocess, tempfile, statistics, 
 from pathlib import Path
 import pytest
 from ddpsafe.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint, read_manifest, checkpoint_name
-from ddpsafe.preempt import POLL_SECONDS, MAX_STEPS_PER_ROUND
+from ddpsafe.preempt import POLL_SECONDS, MAX_STEPS_PER_ROUND, REQUEUE_EXIT_CODE
 
 from conftest import train_ckpt, counts, fail_msg
 tc = train_ckpt()
@@ -46,7 +46,7 @@ def signal_saves(out:str) -> list:
 
 def check_signal_stop(path, codes, outs, res, start:int) -> tuple:
     "Asserts for a run stopped by a signal: exit 75 everywhere, one checkpoint of the same step; (step, manifest)"
-    assert codes == [75, 75], f'exit codes {codes}\n' + fail_msg(outs)
+    assert codes == [REQUEUE_EXIT_CODE]*2, f'exit codes {codes}\n' + fail_msg(outs)
     steps = [o['steps'] for o in res]
     assert steps[0] == steps[1] and start < steps[0], f'ranks stopped at {steps} (resumed at {start})\n' + fail_msg(outs)
     s = steps[0]
@@ -133,7 +133,7 @@ def test_signal_in_the_last_round(folder, poll_seconds, accum):
     whole = tc.baseline(n_epoch, *train)
     batches = n_epoch * PER_EPOCH; last = batches // accum             # the last batch ends an accumulation window
     codes, outs, res = tc.run(folder, n_epoch, *args, '--kill', f'SIGTERM:1:{batches}', timeout=180)
-    assert codes == [75, 75], f'exit codes {codes}: the signal in the last round was not acted on by every rank\n' + fail_msg(outs)
+    assert codes == [REQUEUE_EXIT_CODE]*2, f'exit codes {codes}: the signal in the last round was not acted on by every rank\n' + fail_msg(outs)
     assert [o['steps'] for o in res] == [last, last], fail_msg(outs)
     assert outs[0].count('ddpsafe: stopping at step') == 1 and f'ddpsafe: stopping at step {last} after a signal' in outs[0], outs[0][-3000:]
     ck = newest_complete(folder/'checkpoints')

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest, xxhash, torch
 from ddpsafe.testing import S3TestServer
 from ddpsafe.commit import as_path, commit_file, FileWriter
+from ddpsafe.preempt import REQUEUE_EXIT_CODE
 from ddpsafe.manifest import (write_checkpoint, checkpoints, newest_complete, check_checkpoint, read_manifest, rotate,
                               clean_incomplete, checkpoint_name, MANIFEST)
 from conftest import train_ckpt, fail_msg
@@ -95,7 +96,7 @@ def test_sigterm_resume_on_s3(s3, folder, mode):
     url = s3.url('train', f'run-{mode}')
     args = ('--ckpt', url, '--slow', SLOW, *(['--async-save'] if mode == 'async' else []), *(['--local', 'near'] if mode == 'local' else []))
     codes, outs, res = tc.run(folder, N_EPOCH, *args, '--kill', 'SIGTERM:1:5', env=s3.env, timeout=180)
-    assert codes == [75, 75], f'exit codes {codes}\n' + fail_msg(outs)
+    assert codes == [REQUEUE_EXIT_CODE]*2, f'exit codes {codes}\n' + fail_msg(outs)
     s = res[0]['steps']
     where = folder/'near' if mode == 'local' else url
     assert res[1]['steps'] == s and f'ddpsafe: stopping at step {s} after a signal; checkpoint saved in {where}' in outs[0], fail_msg(outs)
@@ -106,7 +107,7 @@ def test_sigterm_resume_on_s3(s3, folder, mode):
     ls = cli(s3, 'ddpsafe-ls', url)
     assert ls.returncode == 0 and checkpoint_name(s) in ls.stdout and 'complete' in ls.stdout, ls.stdout + ls.stderr
     st = cli(s3, 'ddpsafe-status', url)
-    assert st.returncode == 75, st.stdout + st.stderr
+    assert st.returncode == REQUEUE_EXIT_CODE, st.stdout + st.stderr
 
     codes, outs, res = tc.run(folder, N_EPOCH, *args, '--out', folder/'w', env=s3.env, timeout=180)
     assert codes == [0, 0], f'exit codes {codes}\n' + fail_msg(outs)
