@@ -13,6 +13,7 @@ from __future__ import annotations
 import os, sys, json, time, shutil, signal, tempfile, subprocess, importlib.util
 from pathlib import Path
 import pytest
+from ddpsafe.testing import wait_until, WaitTimeout
 
 def full_run() -> bool:
     "Is `DDPSAFE_FULL` set?"
@@ -178,3 +179,99 @@ def kill_all(run:Path, proc):
     try: os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError: pass
     proc.wait()
+
+# ---------------------------------------------------------------------------------------------------------------
+# Launching a job as a scheduler does (test_launchers, test_apps, test_own_loaders, test_text): the launcher, its
+# environment, `ddpsafe-status` (the console script when installed; until then a stand-in that reads the manifest the same way)
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+TORCHRUN, ACCELERATE = BIN/'torchrun', BIN/'accelerate'
+needs_torchrun = pytest.mark.skipif(not TORCHRUN.exists(), reason='no torchrun next to this python')
+needs_accelerate = pytest.mark.skipif(not ACCELERATE.exists(), reason='no accelerate next to this python')
+
+STATUS_SHIM = '''#!{python}
+"""Stand-in for ddpsafe-status (tests only, used while the console script is not installed): the same function"""
+import sys
+from ddpsafe.cli import run_status
+s = run_status(sys.argv[1])
+print(f"{s['state']}: {s['checkpoint']}")
+sys.exit(s['exit_code'])
+'''
+
+@pytest.fixture(scope='module')
+def tools(tmp_path_factory):
+    "A PATH with this venv's binaries, `ddpsafe-status` (the real one, else the stand-in), and stub `srun`/`scontrol`"
+    d = tmp_path_factory.mktemp('bin')
+    if not (BIN/'ddpsafe-status').exists():
+        (d/'ddpsafe-status').write_text(STATUS_SHIM.format(python=sys.executable))
+    (d/'srun').write_text('#!/bin/sh\n# stub: run the step here, in the foreground of this shell\nexec "$@"\n')
+    (d/'scontrol').write_text('#!/bin/sh\n# stub: record the call\necho "scontrol $*" >> "$SCONTROL_LOG"\n')
+    for f in d.iterdir(): f.chmod(0o755)
+    return dict(PATH=f'{d}:{BIN}:{os.environ.get("PATH", "")}', real_status=(BIN/'ddpsafe-status').exists())
+
+def env(tools, **extra) -> dict:
+    return {**os.environ, 'PATH': tools['PATH'], 'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1', 'DDPSAFE_TIMEOUT': '60',
+            **{k: str(v) for k, v in extra.items()}}
+
+def status(tools, ckpt) -> int:
+    "`ddpsafe-status ckpt`'s exit code"
+    return subprocess.run(['ddpsafe-status', str(ckpt)], env=env(tools), capture_output=True, timeout=60).returncode
+
+def status_line(tools, ckpt) -> str:
+    "What `ddpsafe-status ckpt` prints"
+    return subprocess.run(['ddpsafe-status', str(ckpt)], env=env(tools), capture_output=True, text=True, timeout=60).stdout
+
+def torchrun_cmd(*flags) -> list: return [str(TORCHRUN), '--nproc_per_node', '2', *flags]
+def accelerate_cmd() -> list: return [str(ACCELERATE), 'launch', '--multi_gpu', '--num_processes', '2', '--num_machines', '1',
+                                      '--mixed_precision', 'no', '--dynamo_backend', 'no']
+
+class Launch:
+    "A launcher command started in a session of its own (as a scheduler starts a job), with its `n` ranks' marker files"
+    def __init__(self, cmd:list, run:Path, tools, name:str, n:int=2, **extra_env):
+        self.run, self.name, self.n, self.t0 = Path(run), name, n, time.monotonic()
+        self.out = open(self.run.parent/f'{self.run.name}-{name}.out', 'w')
+        self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env=env(tools, **extra_env), cwd=self.run.parent)
+    def marks(self, r:int) -> list:
+        try: return (self.run/'marks'/f'rank{r}.log').read_text().splitlines()
+        except FileNotFoundError: return []
+    def pid(self, r:int) -> int|None:
+        pids = [int(l.split()[1]) for l in self.marks(r) if l.startswith('PID ')]
+        return pids[-1] if pids else None
+    def saves(self, r:int) -> list: return [l.split()[1:] for l in self.marks(r) if l.startswith('SAVE ')]
+    def results(self) -> list:
+        return [next((json.loads(l[7:]) for l in reversed(self.marks(r)) if l.startswith('RESULT ')), None) for r in range(self.n)]
+    def output(self) -> str: return (self.run.parent/f'{self.run.name}-{self.name}.out').read_text(errors='replace')
+
+    def wait_saves(self, n:int, timeout:float=120):
+        "Wait until rank 0 has logged `n` saves of this launch"
+        try: wait_until(lambda: len(self.saves(0)) >= n or self.proc.poll() is not None, timeout, f'{n} saves', rank=0, every=0.02)
+        except WaitTimeout: pass
+        if len(self.saves(0)) < n:
+            pytest.fail(f'{self.name}: rank 0 logged {len(self.saves(0))} saves, not {n} (launcher exit {self.proc.poll()})\n{self.output()[-4000:]}')
+
+    def wait(self, timeout:float=120) -> int:
+        "The launcher's exit code; a hang fails the test naming the ranks that reported no result"
+        try: code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            missing = [r for r, res in enumerate(self.results()) if res is None]
+            self.kill()
+            pytest.fail(f'{self.name}: the launcher did not exit within {timeout:.0f}s; ranks without a result: {missing}\n{self.output()[-4000:]}')
+        self.seconds = round(time.monotonic() - self.t0, 1)
+        return code
+
+    def kill(self):
+        "SIGKILL to the launcher's session and to every rank (ranks live in sessions of their own)"
+        for r in range(self.n):
+            if (p := self.pid(r)):
+                try: os.killpg(p, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError): pass
+        try: os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError): pass
+
+def report(**rec):
+    print(f'\n[launch] ' + ', '.join(f'{k}={v}' for k, v in rec.items()))
+    if dest := os.environ.get('DDPSAFE_LAUNCH_REPORT'):
+        with open(dest, 'a') as f: f.write(json.dumps(rec, default=str) + '\n')
+

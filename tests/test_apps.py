@@ -31,7 +31,7 @@ from ddpsafe.testing import wait_until, WaitTimeout
 from ddpsafe.preempt import REQUEUE_EXIT_CODE
 from ddpsafe.manifest import newest_complete, read_manifest
 from ddpsafe.learner import BN_ON_CPU_NOTE
-from test_launchers import Launch, tools, env, status, report, ROOT, BIN
+from conftest import Launch, env, status, report, ROOT, BIN
 
 SCRIPT = ROOT/'tests'/'scripts'/'apps_train.py'
 VISION_BIN = ROOT/'.venv-vision'/'bin'

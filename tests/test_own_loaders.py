@@ -23,7 +23,8 @@ import pytest, torch
 from ddpsafe.testing import wait_until, WaitTimeout
 from ddpsafe.preempt import REQUEUE_EXIT_CODE
 from ddpsafe.manifest import newest_complete, read_manifest
-from test_launchers import Launch, tools, torchrun_cmd, needs_torchrun, report, SCRIPT
+from conftest import Launch, torchrun_cmd, needs_torchrun, report, ROOT
+SCRIPT = ROOT/'tests'/'scripts'/'launcher_train.py'
 
 N_EPOCH, SIGNAL_AFTER = 3, 5
 ITEMS = {1: 40, 2: 84}     # 30 training items: 4 batches of 8; 63, split by fastai's DistributedDL: 4 batches of 8 per rank

@@ -26,7 +26,7 @@ import pytest, torch
 from ddpsafe.testing import wait_until, WaitTimeout, run_without
 from ddpsafe.preempt import REQUEUE_EXIT_CODE
 from ddpsafe.manifest import newest_complete, read_manifest
-from test_launchers import Launch, tools, torchrun_cmd, needs_torchrun, report, env
+from conftest import Launch, torchrun_cmd, needs_torchrun, report, env
 
 SCRIPT = Path(__file__).parent/'scripts'/'text_train.py'
 FITS = ('lm', 'clas')
