@@ -98,8 +98,8 @@ def run_demo(work:Path, stop_at:int=20) -> bool:
 def ddpsafe_demo():
     "Train on 2 CPU ranks, preempt, resume; compare with a twin"
     p = argparse.ArgumentParser(description=ddpsafe_demo.__doc__)
-    p.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
-    p.add_argument('--folder'); p.add_argument('--out'); p.add_argument('--slow', type=float, default=0.0)
+    for name, kw in [('--worker', dict(action='store_true')), ('--folder', {}), ('--out', {}), ('--slow', dict(type=float, default=0.0))]:
+        p.add_argument(name, help=argparse.SUPPRESS, **kw)      # the demo's own ranks' options (`_job`): not for users
     p.add_argument('--keep', help='keep the run folders here instead of a temporary folder')
     p.add_argument('--stop-at', type=int, default=20, help='the step of rank 1 after which it gets SIGTERM')
     args = p.parse_args()
