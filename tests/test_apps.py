@@ -19,7 +19,7 @@ weights and the BatchNorm buffers) of B equals A's, on each rank, with `torch.eq
 does not end in time fails, naming the ranks that reported no result.
 
 fastai.vision needs torchvision, which does not import beside the CPU torch of `.venv`: the vision runs use `.venv-vision`
-(PyPI's torch and torchvision), which `tools/setup_vision.sh` creates (`tools/test.sh` runs it). Without it the vision test
+(a torch build of torchvision's own release, and torchvision), which `tools/setup_vision.sh` creates (`tools/test.sh` runs it). Without it the vision test
 fails, saying so.
 
     python -m pytest tests/test_apps.py -s        # about 3 minutes on 2 cores"""
@@ -43,7 +43,7 @@ def bin_for(app:str) -> Path:
     if app != 'vision': return BIN
     if not (VISION_BIN/'torchrun').exists():
         pytest.fail(f'{VISION_BIN}/torchrun is missing: the vision test runs fastai.vision with torchvision in .venv-vision. '
-                    'Create it with `bash tools/setup_vision.sh` (about 80 s and 5 GB: PyPI\'s torch and torchvision)', pytrace=False)
+                    'Create it with `bash tools/setup_vision.sh` (about 90 s and 5 GB: torch and torchvision of one release)', pytrace=False)
     return VISION_BIN
 
 def command(app:str, run:Path, *extra) -> list:

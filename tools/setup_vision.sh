@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# Create .venv-vision and install ddpsafe with torchvision in it, once (for tests/test_apps.py's vision run). Idempotent:
+# Create .venv-vision and install ddpsafe with torchvision in it, once (for tests/test_apps.py's vision runs). Idempotent:
 # a second run only checks. fastai.vision needs torchvision, and PyPI's torchvision does not import beside the local CPU
-# torch wheel that tools/setup.sh installs; it does beside PyPI's own torch build (which also runs on CPU). So pip's
-# find-links point at an empty folder (.nowheels), and torch, torchvision and ddpsafe go in ONE pip call, as in setup.sh.
+# torch wheel that tools/setup.sh installs. It does beside a torch build of its own release, which runs on the CPU too:
+# on x86_64 torch 2.14.1 with torchvision 0.29.1 (CUDA builds, which pip takes from this machine's disk where they lie
+# there: no download), elsewhere torch 2.9.1 with torchvision 0.24.1 (CPU builds). VISION_SPEC overrides the choice;
+# torch, torchvision and ddpsafe go in ONE pip call, as in setup.sh, so pip never resolves torch on its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VISION_SPEC="${VISION_SPEC:-torch==2.13.0 torchvision==0.28.0}"
+case "$(uname -m)" in
+  x86_64) default_spec="torch==2.14.1 torchvision==0.29.1" ;;
+  *)      default_spec="torch==2.9.1 torchvision==0.24.1" ;;
+esac
+VISION_SPEC="${VISION_SPEC:-$default_spec}"
 if [ ! -x .venv-vision/bin/python ]; then python3 -m venv .venv-vision; fi
 stamp=.venv-vision/.ddpsafe-installed
 want="$VISION_SPEC $(sha1sum pyproject.toml | cut -c1-12)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  mkdir -p .nowheels
+  # --no-compile: no .pyc for torch's thousands of files (Python compiles what it imports)
   # shellcheck disable=SC2086
-  PIP_FIND_LINKS="$PWD/.nowheels" .venv-vision/bin/pip install -q --disable-pip-version-check $VISION_SPEC -e .
+  .venv-vision/bin/pip install -q --disable-pip-version-check --no-compile $VISION_SPEC -e .
   echo "$want" > "$stamp"
 fi
