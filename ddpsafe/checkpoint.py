@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/checkpoint.html.md"""
 
 # %% ../nbs/08_checkpoint.ipynb #b489a2a4
 from __future__ import annotations
-import sys, time, uuid, errno, random, shutil, signal, threading, warnings, weakref, contextlib
+import time, random, signal, warnings, contextlib
 from functools import partial
 from pathlib import Path
 import numpy as np, torch
@@ -15,287 +15,29 @@ import safetensors.torch as st
 from fastcore.basics import patch, store_attr
 import fastai
 from fastai.learner import Learner
-from fastai.optimizer import OptimWrapper
-from fastai.callback.core import Callback, CancelFitException, CancelEpochException, CancelStepException, CancelBackwardException
-from fastai.torch_core import get_model
+from fastai.callback.core import Callback, CancelFitException
 import ddpsafe
 from .core import *
-from .io import safe_load, prepare_dir, UnsafePickleError
-from .commit import is_url, as_path, discard, FileWriter, errno_of, commit_file
+from .io import prepare_dir
+from .commit import is_url, as_path
 from .manifest import *
-from .owner import claim_folder
 from .preempt import StopRequests, REQUEUE_EXIT_CODE, POLL_SECONDS
-from .snapshot import StateBuffers, AsyncWriter, lower_priority, map_tensors
-from torch.distributed.tensor import DTensor
-from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.fsdp import FSDPModule
-from .sharded import is_sharded, full_weights, load_full_weights, full_optimizer_state, shard_optimizer_state, fit_problems
-from .sharded import SHARD_PLACEHOLDER, fill_placeholders, write_shards, read_shards, read_shard_index
+from .snapshot import StateBuffers, AsyncWriter
+from .sharded import is_sharded, read_shard_index
 import ddpsafe.fsdp   # learn.fsdp_ctx
-from .learner import fastai_safe_globals, CheckpointMismatch, fastai_stock
-from .callbacks import training_fit, at_fit_end, patch_fastai
+from .callbacks import training_fit, at_fit_end
 from .parts import *
-from .parts import _loaded, _plain, _tied
+from .parts import _plain
 from .shards import *
 from .shards import _together
 from .upload import *
-
+from .resume import *   # what a resume stands on: `from ddpsafe.checkpoint import run_state` still works
+from .resume import _name
 
 # %% auto #0
-__all__ = ['ROLLED_BACK', 'step_lock', 'RunState', 'run_state', 'model_signature', 'optimizer_signature', 'fit_method',
-           'fit_signature', 'setup_signature', 'setup_changes', 'choose_checkpoint', 'read_checkpoint_file',
-           'chosen_checkpoint', 'check_setup', 'resume_message', 'position_in', 'world_change_message',
-           'claim_checkpoints', 'CheckpointCallback']
+__all__ = ['CheckpointCallback']
 
-# %% ../nbs/08_checkpoint.ipynb #9f2b6736
-_locks = ddpsafe.__dict__.setdefault('_step_locks', weakref.WeakKeyDictionary())   # one per process, however often this runs: kept in the package
-_locks_guard = threading.Lock()
-
-def step_lock(learn:Learner) -> threading.RLock:
-    "The lock around `learn`'s optimizer step"
-    with _locks_guard:
-        if learn not in _locks: _locks[learn] = threading.RLock()
-        return _locks[learn]
-
-@patch
-def _do_grad_opt(self:Learner):
-    "fastai's backward and step, the step under `step_lock`"
-    self._with_events(self._backward, 'backward', CancelBackwardException)
-    with step_lock(self): self._with_events(self._step, 'step', CancelStepException)
-    self.opt.zero_grad()
-
-# %% ../nbs/08_checkpoint.ipynb #b51fe820
-@patch
-def snapshot(self:Learner,
-             buffers:StateBuffers|None=None # Buffers to refill; new ones when `None`
-            ) -> dict:
-    "A CPU copy of the model and optimizer at one step boundary (collective for a sharded model)"
-    with step_lock(self):
-        state = dict(model=model_weights(self.model), opt=full_optimizer_state(self.opt.state_dict()) if self.opt is not None else None)
-        return (buffers or StateBuffers()).copy(state)
-
-# %% ../nbs/08_checkpoint.ipynb #b682e5bd
-class RunState:
-    "What a checkpointed run carries between fits"
-    def __init__(self):
-        self.fits,self.steps = 0,0            # fits begun, optimizer steps done, over the script's fits
-        self.fits_left,self.stopped = 0,False # fits still to come in this `fine_tune`; a stop request ended one of them
-        self.start_epoch,self.skip = 0,None   # a resume's first epoch; (batches done, how many of them to draw and drop, what to do at the resume point)
-        self.at_start = None                  # what to do as a resume's first epoch is about to begin (a checkpoint at an epoch's end)
-        self.said = set()                     # what rank 0 said once for this learner
-
-_runs = ddpsafe.__dict__.setdefault('_runs', weakref.WeakKeyDictionary())   # shared by every copy of the patches below: kept in the package
-
-def run_state(learn:Learner) -> RunState:
-    "`learn`'s `RunState`, kept beside the learner"
-    if learn not in _runs: _runs[learn] = RunState()
-    return _runs[learn]
-
-# %% ../nbs/08_checkpoint.ipynb #15a777e8
-@patch
-def _do_fit(self:Learner):
-    "fastai's epoch loop, from a resume's epoch"
-    run = run_state(self)
-    start, run.start_epoch = run.start_epoch, 0
-    if start and (bar := getattr(getattr(self, 'progress', None), 'mbar', None)): bar.update(0)  # fastprogress must start at 0
-    at_start, run.at_start = run.at_start, None
-    if at_start: at_start()                      # the resume point of a checkpoint at an epoch's end
-    for epoch in range(start, self.n_epoch):
-        self.epoch = epoch
-        self._with_events(self._do_epoch, 'epoch', CancelEpochException)
-
-@patch
-def all_batches(self:Learner):
-    "fastai's batch loop, from a resume's batch"
-    self.n_iter = len(self.dl)
-    run = run_state(self)
-    (done, drop, at_resume_point), run.skip = (run.skip or (0, 0, None)), None
-    batches = enumerate(self.dl, done-drop)      # the loader's iterator starts here
-    if done and not drop: at_resume_point()      # a loader that resumed by itself
-    for i, b in batches:
-        if i < done:
-            if i == done-1: at_resume_point()
-            continue
-        self.one_batch(i, b)
-
-# %% ../nbs/08_checkpoint.ipynb #28b6d383
-def _name(f) -> str:
-    "A readable name for a function, partial or object"
-    f = getattr(f, 'func', f)
-    return getattr(f, '__name__', type(f).__name__)
-
-def _class_name(m) -> str:
-    "A module's class name, as it was before FSDP2 sharded it"
-    cls = type(m)
-    if issubclass(cls, FSDPModule): cls = next(c for c in cls.__mro__ if not issubclass(c, FSDPModule))
-    return cls.__name__
-
-def model_signature(model) -> dict:
-    "The model's module classes and weight shapes, as they are without `torch.compile`"
-    m = get_model(model)
-    compiled = _loaded('torch._dynamo.eval_frame', 'OptimizedModule')
-    return dict(modules=[_class_name(o) for o in m.modules() if not isinstance(o, compiled)],
-                weights={uncompiled_key(k): [list(v.shape), str(v.dtype).replace('torch.', '')] for k,v in m.state_dict().items()})
-
-def optimizer_signature(learn:Learner) -> dict:
-    "The optimizer's name, steps and hyper-parameter names"
-    opt = learn.opt
-    steps = [type(opt.opt).__name__] if isinstance(opt, OptimWrapper) else [_name(f) for f in opt.cbs]
-    return dict(name=_name(learn.opt_func), steps=steps, hypers=sorted(opt.hypers[0]) if len(opt.hypers) else [])
-
-# %% ../nbs/08_checkpoint.ipynb #7ee2adb1
-_FIT_METHODS = ('fine_tune', 'fit_one_cycle', 'fit_flat_cos', 'fit_sgdr', 'fit')
-
-def fit_method(learn:Learner) -> str:
-    "The `Learner` fit method the user called"
-    name, f = 'fit', sys._getframe(1)
-    while f is not None:
-        if f.f_code.co_name in _FIT_METHODS and f.f_locals.get('self') is learn: name = f.f_code.co_name
-        f = f.f_back
-    return name
-
-def fit_signature(learn:Learner) -> dict:
-    "How this fit was called: method, epochs, schedule"
-    scheds = {h: [np.asarray(f(p), dtype=float).round(12).tolist() for p in (0., .25, .5, .75, 1.)]
-              for cb in learn.cbs if isinstance(cb, _loaded('fastai.callback.schedule', 'ParamScheduler')) for h, f in cb.scheds.items()}
-    return dict(method=fit_method(learn), n_epoch=learn.n_epoch, schedule=scheds)
-
-def setup_signature(learn:Learner) -> dict:
-    "The model, optimizer and fit a resume must match"
-    return dict(model=model_signature(learn.model), optimizer=optimizer_signature(learn), fit=fit_signature(learn))
-
-# %% ../nbs/08_checkpoint.ipynb #8a75fb36
-def _model_words(m:dict) -> str:
-    return f"{', '.join(dict.fromkeys(m['modules']))} ({len(m['weights'])} tensors)"
-
-def _optimizer_words(o:dict) -> str:
-    return f"{o['name']} (steps {', '.join(o['steps'])}; hyper-parameters {', '.join(o['hypers'])})"
-
-def _fit_words(f:dict) -> str:
-    lr = f['schedule'].get('lr')
-    peak = f', lr peaking at {np.max(lr):.3g}' if lr else ''
-    return f"{f['method']} of {f['n_epoch']} epochs{peak}" if f['schedule'] else f"{f['method']} without a schedule"
-
-def _same_fit(a:dict, b:dict) -> bool:
-    "Do two fit signatures train alike?"
-    if not a['schedule'] and not b['schedule']: return True
-    return (a['method'], a['n_epoch'], sorted(a['schedule'])) == (b['method'], b['n_epoch'], sorted(b['schedule'])) and \
-        all(np.allclose(a['schedule'][h], b['schedule'][h], rtol=1e-6, atol=0) for h in a['schedule'])
-
-def setup_changes(saved:dict, now:dict) -> dict:
-    "What differs between two setups, in words"
-    out = {}
-    if saved['model'] != now['model']: out['model'] = (_model_words(saved['model']), _model_words(now['model']))
-    if saved['optimizer'] != now['optimizer']: out['optimizer'] = (_optimizer_words(saved['optimizer']), _optimizer_words(now['optimizer']))
-    if not _same_fit(saved['fit'], now['fit']): out['fit'] = (_fit_words(saved['fit']), _fit_words(now['fit']))
-    return out
-
-# %% ../nbs/08_checkpoint.ipynb #e26612c9
-def choose_checkpoint(*roots) -> tuple:
-    "Clean up, then the newest complete checkpoint of the folders `roots`, its manifest, what was skipped"
-    skipped, best = [], None
-    for root in roots:
-        clean_incomplete(root)
-        ck = newest_complete(root, skipped=skipped)
-        if ck is not None and (best is None or checkpoint_step(ck) > checkpoint_step(best)): best = ck   # a tie: the first folder's
-    return (best, read_manifest(best) if best else None, [(str(p), why) for p, why in skipped])
-
-def read_checkpoint_file(ck:Path, # A checkpoint folder
-                         name:str, # One of its files
-                         man:dict|None=None, # `ck`'s manifest as `choose_checkpoint` returned it (rank 0 verified its checksums)
-                         **kwargs  # Passed to `safe_load`
-                        ):
-    "Read a file of checkpoint `ck` safely, on every rank"
-    entry = (man or {}).get('files', {}).get(name)
-    expect = None if entry is None else dict(size=entry['size']) if is_main() else entry
-    try:
-        with torch.serialization.safe_globals(fastai_safe_globals()): return safe_load(ck/name, expect=expect, **kwargs)
-    except UnsafePickleError as e:
-        raise UnsafePickleError(f'{ck/name}: refusing to unpickle it, it would import or run code, which no file ddpsafe writes does: '
-                                f'it was replaced or written by something else. Check the folder with `ddpsafe-verify {ck.parent}`, '
-                                'then remove that checkpoint, or start afresh with another `path` or `resume=False`') from e
-
-# %% ../nbs/08_checkpoint.ipynb #08c0a002
-ROLLED_BACK = 'rolled-back-'   # the name prefix of checkpoints set aside by a resume from an older one
-
-def chosen_checkpoint(resume,  # A checkpoint's step, or its folder (absolute, or relative to `base`)
-                      roots,   # The checkpoints folders: the newer checkpoints in each are set aside
-                      base=None # The folder a relative `resume` is relative to
-                     ) -> tuple:
-    "The checkpoint `resume` names, checked, and its manifest; the newer ones renamed aside (rank 0)"
-    roots = [as_path(r) for r in roots]
-    if isinstance(resume, int): found = [r/checkpoint_name(resume) for r in roots]
-    else: found = [as_path(resume) if is_url(str(resume)) or Path(resume).is_absolute() else Path(base or '.')/resume]
-    ck = next((p for p in found if p.exists()), None)
-    if ck is None: raise FileNotFoundError(errno.ENOENT, f'resume={resume!r}: no such checkpoint ({", ".join(map(str, found))})')
-    if problems := check_checkpoint(ck): raise CorruptCheckpoint(f'resume={resume!r}: {ck} is not a complete checkpoint: ' + '; '.join(problems))
-    newer = [p for r in roots for p in checkpoints(r) if checkpoint_step(p) > checkpoint_step(ck)]
-    if newer and any(is_url(p) for p in newer):
-        raise ValueError(f'resume={resume!r}: {", ".join(map(str, newer))} are newer, and on object storage ddpsafe does not rename them aside: '
-                         'remove them first, or the next automatic resume would pick them')
-    for p in newer: p.rename(p.with_name(ROLLED_BACK + p.name))
-    if newer: print(f'ddpsafe: resuming from {ck}, as asked; the {len(newer)} newer checkpoint{"s"*(len(newer)>1)} '
-                    f'({", ".join(p.name for p in newer)}) renamed {ROLLED_BACK}*, which no resume reads')
-    return ck, read_manifest(ck), []
-
-# %% ../nbs/08_checkpoint.ipynb #998d3095
-def check_setup(ck:Path,       # The checkpoint
-                saved:dict|None, # The setup it was saved with; `None` for checkpoints older than setups
-                now:dict,      # This fit's `setup_signature`
-                accept=()      # What may differ on purpose: any of 'model', 'optimizer', 'fit'
-               ) -> set:
-    "The accepted changes from `ck`'s setup; refuse the rest"
-    if saved is None: return set()
-    changes = setup_changes(saved, now)
-    if refused := {k: v for k, v in changes.items() if k not in accept}:
-        raise CheckpointMismatch(f'{ck} was saved by another setup than this fit has: '
-            + '; '.join(f'{k}: {a} in the checkpoint, {b} now' for k, (a, b) in refused.items())
-            + f'. Resuming would not continue the run that saved it. To make this change on purpose, pass '
-            f'`CheckpointCallback(accept_changes={tuple(refused)!r})`; to start afresh, use another `path` or `resume=False`')
-    if changes and is_main():
-        print(f'ddpsafe: resuming {ck} with the changes you accepted: ' + '; '.join(f'{k}: {a} -> {b}' for k, (a, b) in changes.items()))
-    return set(changes)
-
-def resume_message(ck:Path, state:dict, n_epoch:int, n_batches:int) -> str:
-    "What a resume from `ck` did, in words"
-    if state['epoch_done'] and state['epoch']+1 >= n_epoch:
-        return (f'ddpsafe: this fit already finished in {ck} (step {state["global_step"]}): loaded its weights, nothing left to train. '
-                'To train again from the start, use another `path` or `resume=False`')
-    where = (f'the end of epoch {state["epoch"]}' if state['epoch_done'] else
-             f'epoch {state["epoch"]}, after training batch {state["iter"]} of {n_batches}')
-    return f'ddpsafe: resumed from {ck} at {where} (step {state["global_step"]})'
-
-# %% ../nbs/08_checkpoint.ipynb #f504ea37
-def position_in(state:dict,    # A checkpoint's `state.pt`
-                n_batches:int, # Training batches an epoch has in this run, per rank
-                ck='the checkpoint' # Its folder, for the error
-               ) -> dict:
-    "`state` with its mid-epoch batch moved to the same fraction of this run's epoch, rounded up"
-    saved = state.get('train_batches')
-    if state['epoch_done'] or saved == n_batches or (saved is None and state['world_size'] == world()): return state
-    if saved is None: raise CheckpointMismatch(f'{ck} was written by {state["world_size"]} ranks, this run has {world()}, and it '
-                                               'does not record its epoch length: resume it with the same number of ranks')
-    return {**state, 'iter': min(n_batches, -(-state['iter']*n_batches // saved))}
-
-def world_change_message(ck, state:dict, now:int|None=None) -> str:
-    "What a resume on `now` ranks (default: this run's) changes, in words"
-    a, b = state['world_size'], now or world()
-    new = '' if b <= a else f', and rank {a} draws' if b == a+1 else f', and ranks {a} to {b-1} draw'
-    return (f'ddpsafe: {ck} was saved by {a} ranks and this run has {b}: the weights, optimizer state and schedule go on exactly; '
-            f"a step now takes the batches of {b} rank{'s'*(b != 1)} instead of {a}, and the epochs' order is split anew over them"
-            + (f'{new} from random streams derived from the saved ones' if new else ''))
-
-# %% ../nbs/08_checkpoint.ipynb #4eb33bd5
-def claim_checkpoints(root:Path):
-    "Claim `root` for this run, on rank 0"
-    try: return on_main(claim_folder, root)
-    except OSError as e:
-        if e.strerror is None: raise       # `FolderInUse`, with its own message
-        raise OSError(e.errno, f'{root}: cannot write in this checkpoints folder ({e.strerror}); a run must own its folder '
-                      'to save, rotate and clean it up. The checkpoints in it are unchanged: make it writable, or give '
-                      '`CheckpointCallback` another `path`') from e
-
-# %% ../nbs/08_checkpoint.ipynb #c3df44dd
+# %% ../nbs/08_checkpoint.ipynb #627689aa
 _CHANGES = ('model', 'optimizer', 'fit', 'parts')
 _NOT_ASKED = dict(save=False, stop=False, signal=False, timer=False)
 
@@ -329,269 +71,316 @@ class CheckpointCallback(Callback):
         for name, o in (extra or {}).items(): UserState(name, o)     # refuse an object without state now, not at the first save
         self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.far_claim = self.uploader = self.fit_dls = None
 
-    def __call__(self, event_name):
-        "Run the event inside a training `fit` only"
-        if training_fit(self.learn) and callable(event := getattr(self, event_name, None)): return event()
+# %% ../nbs/08_checkpoint.ipynb #812d6eee
+@patch
+def __call__(self:CheckpointCallback, event_name):
+    "Run the event inside a training `fit` only"
+    if training_fit(self.learn) and callable(event := getattr(self, event_name, None)): return event()
 
-    # ---- a fit's beginning and end
-    def before_fit(self):
-        "Claim the folder, start this fit's helpers, resume"
-        run = run_state(self.learn)
-        self.root = as_path(self.path, self.storage_options) if is_url(self.path) else prepare_dir(Path(self.learn.path)/self.path)
-        self.local_root = prepare_dir(Path(self.learn.path)/self.local) if self.local else None
-        if self.local_root is not None and not is_url(self.root) and self.local_root.resolve() == self.root.resolve():
-            raise ValueError(f'{self.local_root}: `local` and `path` are the same folder; `local` is a second, faster one')
-        self.fit_dls = self.learn.dls
-        at_fit_end(self.learn, self._close)
-        self.claim = claim_checkpoints(self.local_root or self.root)
-        self.far_claim = claim_checkpoints(self.root) if self.local else None    # `path` too: its owner, or a probe that it can be written
-        self.fit_idx, run.fits = run.fits, run.fits + 1
-        self.steps_before, self.fit_steps, self.setup = run.steps, 0, setup_signature(self.learn)
-        self.parts = TrainingState(self.learn, self.extra)
-        where = f'ddpsafe: checkpoints in {self.local_root or self.root}' + (f', uploaded to {self.root}' if self.local else '')
-        if is_main() and where not in run.said: run.said.add(where); print(where)   # a relative `path` is relative to `learn.path`: say where that is
-        if is_main() and (note := late_callbacks_note(self.parts, self.order)) and note not in run.said: run.said.add(note); print(note)
-        if is_main() and (note := loader_note(self.dls.train)) and note not in run.said: run.said.add(note); print(note)
-        self.last_pos, self.stopped_by, self.skipped_fit, self.ran_epoch, self.in_train = None, None, False, False, False
-        self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(_NOT_ASKED), False, False, False
-        self.last_save, self.timer_raised, self.saved_stop = time.monotonic(), False, False
-        self.writer, self.state_buffers = (AsyncWriter(), StateBuffers()) if self.async_save else (None, None)
-        self.sharded_save = is_sharded(self.model) and not is_url(self.root)   # each rank writes its own shards
-        if self.sharded_save and (blind := ranks_not_seeing(self.local_root or self.root)):
-            self.sharded_save = False
-            if is_main(): print(f'ddpsafe: rank{"s"*(len(blind)>1)} {", ".join(map(str, blind))} {"do" if len(blind)>1 else "does"} not see {self.local_root or self.root}: '
-                                "this fit's checkpoints are gathered whole to rank 0, not written in shards by every rank")
-        if self.sharded_save and self.async_save and coordinating(): side_group('write')   # every rank's writer thread talks on it
-        self.uploader = Uploader(self.root, self.keep, self.comp) if self.local and is_main() else None
-        self.stops = StopRequests(self.signals, self.local_root or self.root, self.save_switch, self.stop_switch, self.poll_seconds).install()
-        if run.fits_left and run.stopped:
-            self.skipped_fit = True
-            raise CancelFitException()      # a stop request ended an earlier fit of this `fine_tune`: the rest waits for the resume
-        if self.resume is not False and self.resume is not None: self._resume()
+# %% ../nbs/08_checkpoint.ipynb #b8364e91
+@patch
+def before_fit(self:CheckpointCallback):
+    "Claim the folder, start this fit's helpers, resume"
+    run = run_state(self.learn)
+    self.root = as_path(self.path, self.storage_options) if is_url(self.path) else prepare_dir(Path(self.learn.path)/self.path)
+    self.local_root = prepare_dir(Path(self.learn.path)/self.local) if self.local else None
+    if self.local_root is not None and not is_url(self.root) and self.local_root.resolve() == self.root.resolve():
+        raise ValueError(f'{self.local_root}: `local` and `path` are the same folder; `local` is a second, faster one')
+    self.fit_dls = self.learn.dls
+    at_fit_end(self.learn, self._close)
+    self.claim = claim_checkpoints(self.local_root or self.root)
+    self.far_claim = claim_checkpoints(self.root) if self.local else None    # `path` too: its owner, or a probe that it can be written
+    self.fit_idx, run.fits = run.fits, run.fits + 1
+    self.steps_before, self.fit_steps, self.setup = run.steps, 0, setup_signature(self.learn)
+    self.parts = TrainingState(self.learn, self.extra)
+    where = f'ddpsafe: checkpoints in {self.local_root or self.root}' + (f', uploaded to {self.root}' if self.local else '')
+    if is_main() and where not in run.said: run.said.add(where); print(where)   # a relative `path` is relative to `learn.path`: say where that is
+    if is_main() and (note := late_callbacks_note(self.parts, self.order)) and note not in run.said: run.said.add(note); print(note)
+    if is_main() and (note := loader_note(self.dls.train)) and note not in run.said: run.said.add(note); print(note)
+    self.last_pos, self.stopped_by, self.skipped_fit, self.ran_epoch, self.in_train = None, None, False, False, False
+    self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(_NOT_ASKED), False, False, False
+    self.last_save, self.timer_raised, self.saved_stop = time.monotonic(), False, False
+    self.writer, self.state_buffers = (AsyncWriter(), StateBuffers()) if self.async_save else (None, None)
+    self.sharded_save = is_sharded(self.model) and not is_url(self.root)   # each rank writes its own shards
+    if self.sharded_save and (blind := ranks_not_seeing(self.local_root or self.root)):
+        self.sharded_save = False
+        if is_main(): print(f'ddpsafe: rank{"s"*(len(blind)>1)} {", ".join(map(str, blind))} {"do" if len(blind)>1 else "does"} not see {self.local_root or self.root}: '
+                            "this fit's checkpoints are gathered whole to rank 0, not written in shards by every rank")
+    if self.sharded_save and self.async_save and coordinating(): side_group('write')   # every rank's writer thread talks on it
+    self.uploader = Uploader(self.root, self.keep, self.comp) if self.local and is_main() else None
+    self.stops = StopRequests(self.signals, self.local_root or self.root, self.save_switch, self.stop_switch, self.poll_seconds).install()
+    if run.fits_left and run.stopped:
+        self.skipped_fit = True
+        raise CancelFitException()      # a stop request ended an earlier fit of this `fine_tune`: the rest waits for the resume
+    if self.resume is not False and self.resume is not None: self._resume()
 
-    def after_fit(self):
-        "Save the fit's end; act on a stop request from the last round; after a signal, exit"
-        run = run_state(self.learn)
-        try:
-            late = dict(_NOT_ASKED) if self.stopped_by else self.stops.last_round()   # requests not yet agreed as the loop ended
-            reason = 'signal' if late['signal'] else 'switch' if late['stop'] else 'end'
-            if self.ran_epoch: self.save(reason, stop=late['stop'], finished=run.fits_left <= 1)
-            if late['stop']: self._stop(late)
-            self._settle()
-            self._await_uploads()
-        finally:
-            self.stops.uninstall()
-            run.steps, run.fits_left = self.steps_before + self.fit_steps, max(run.fits_left - 1, 0)
-        if self.stopped_by == 'signal' and self.exit_code is not None: raise SystemExit(self.exit_code)
-
-    def _close(self):
-        "Release what this fit opened, however it ended"
-        if self.writer is not None and (err := self.writer.close()) is not None:   # the signals still only raise a flag meanwhile
-            warnings.warn(f'ddpsafe: the background checkpoint write failed too: {err}')
-        if self.stops is not None: self.stops.uninstall(wait=False)
-        if self.uploader is not None: self.uploader.close()  # after an error: the upload in flight ends in the background
-        for c in (self.claim, self.far_claim):
-            if c is not None: c.release()                    # rank 0's; the other ranks hold inactive copies
-        for dl in self.fit_dls.loaders: stop_persistent_workers(dl)   # `self.learn` is gone: fastai removed this callback
-        self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.far_claim = self.uploader = self.fit_dls = None
-
-    # ---- when to save
-    def before_epoch(self): self.ran_epoch = True
-    def before_train(self):
-        self.in_train = True
-        self.parts.event('begin_epoch')
-    def after_train(self):
-        self.in_train = False
-        self.parts.event('end_epoch')
-    def before_batch(self): self.stepped = False
-    def before_step(self): self.stepped = True
-    def after_cancel_step(self): self.stepped = False
-
-    def after_batch(self):
-        "Poll the requests; save and stop at optimizer steps"
-        if not self.training: return
-        timer = is_main() and not self.timer_raised and self.every_seconds is not None and time.monotonic()-self.last_save >= self.every_seconds
-        self.timer_raised |= timer
-        self.asked = {k: v or self.asked[k] for k, v in self.stops.poll(timer=timer).items()}
-        self.pending_grads = not self.stepped
-        if not self.stepped: return          # inside an accumulation window: wait for its optimizer step
-        self.fit_steps += 1
-        asked, self.asked = self.asked, dict(_NOT_ASKED)
-        if reason := self.save_reason(asked):
-            self.save(reason, stop=asked['stop'])
-            self.epoch_due = False
-        if asked['timer']: self.timer_raised = False   # rank 0 may raise the next one
-        if asked['stop']:
-            self._stop(asked)
-            raise CancelFitException()
-
-    def _stop(self, asked:dict): # The agreed requests, with `stop` set
-        "Record who stopped the run, and say where"
-        self.stopped_by, run_state(self.learn).stopped = 'signal' if asked['signal'] else 'switch', True
-        if is_main(): print(f'ddpsafe: stopping at step {self.steps_before+self.fit_steps} after a {self.stopped_by}; checkpoint saved in {self.local_root or self.root}')
-
-    def save_reason(self, asked:dict # The agreed requests: `save`, `stop`, `signal`, `timer`
-                   ) -> str|None:
-        "Why this optimizer step is saved, or `None`"
-        if asked['signal']: return 'signal'
-        if asked['save']: return 'switch'
-        if self.epoch_due: return 'epoch'
-        if asked['timer']: return 'time'
-        if self.every_steps and self.fit_steps % self.every_steps == 0: return 'steps'
-        return None
-
-    def after_epoch(self):
-        "Save every `every_epoch` epochs"
-        if not (self.every_epoch and (self.epoch+1) % self.every_epoch == 0): return
-        if self.pending_grads: self.epoch_due = True
-        else: self.save('epoch', finished=self.epoch+1 == self.n_epoch and run_state(self.learn).fits_left <= 1)
-
-    # ---- saving
-    def position(self) -> dict:
-        "Where the run is, at a step or epoch boundary"
-        done = not self.in_train
-        return dict(epoch=self.epoch, iter=self.n_iter if done else self.iter+1, epoch_done=done, train_iter=self.train_iter,
-                    pct_train=self.pct_train, n_epoch=self.n_epoch, fit_steps=self.fit_steps,
-                    global_step=self.steps_before+self.fit_steps, fit=self.fit_idx, train_batches=len(self.dls.train))
-
-    def save(self,
-             reason:str='request', # Why: 'epoch', 'steps', 'time', 'end', 'signal', 'switch'... (recorded in the manifest)
-             stop:bool=False,      # Does the run stop after this checkpoint (a signal or the stop switch)?
-             finished:bool=False   # Is this the normal end of the run's last fit?
-            ) -> bool:
-        "Save this step boundary; `False` if already saved"
-        pos = self.position()
-        if (pos['global_step'], pos['epoch_done']) == self.last_pos and not (stop and not self.saved_stop): return False   # a late stop saves its step again: the manifest must say it
+# %% ../nbs/08_checkpoint.ipynb #277490e1
+@patch
+def after_fit(self:CheckpointCallback):
+    "Save the fit's end; act on a stop request from the last round; after a signal, exit"
+    run = run_state(self.learn)
+    try:
+        late = dict(_NOT_ASKED) if self.stopped_by else self.stops.last_round()   # requests not yet agreed as the loop ended
+        reason = 'signal' if late['signal'] else 'switch' if late['stop'] else 'end'
+        if self.ran_epoch: self.save(reason, stop=late['stop'], finished=run.fits_left <= 1)
+        if late['stop']: self._stop(late)
         self._settle()
-        header = dict(**pos, world_size=world(), setup=self.setup,
-                      versions=dict(torch=str(torch.__version__), fastai=fastai.__version__, ddpsafe=ddpsafe.__version__))
-        meta = dict(epoch=pos['epoch'], iter=pos['iter'], epoch_done=pos['epoch_done'], fit=pos['fit'], reason=reason, stop=stop,
-                    finished=finished, world_size=world(), monitor=self.monitor, comp=_name(self.comp),
-                    metric=self._metric() if pos['epoch_done'] else None)
-        step = pos['global_step']
-        with step_lock(self.learn): states, shards = self.parts.collect(sharded=self.sharded_save)   # every rank, one step boundary
-        files = self.parts.contents(states, header)
-        meta['parts'] = self.parts.files_of(files)
-        if self.async_save and (is_main() or self.sharded_save):     # copied now, written in the background
-            files, shards = self.state_buffers.copy((files if is_main() else {}, shards))
-        if self.sharded_save:
-            commit = lambda: self._commit_shards(step, checkpoint_writers(files), meta, shards, background=self.async_save)
-            if self.async_save: self.writer.submit(commit)
-            else: commit()
-        elif not self.async_save: on_main(self._commit, step, checkpoint_writers(files), meta)
-        elif is_main(): self.writer.submit(lambda: self._commit(step, checkpoint_writers(files), meta))
-        self.last_pos, self.last_save, self.saved_stop = (pos['global_step'], pos['epoch_done']), time.monotonic(), stop
-        return True
+        self._await_uploads()
+    finally:
+        self.stops.uninstall()
+        run.steps, run.fits_left = self.steps_before + self.fit_steps, max(run.fits_left - 1, 0)
+    if self.stopped_by == 'signal' and self.exit_code is not None: raise SystemExit(self.exit_code)
 
-    def _commit(self, step:int, files:dict, meta:dict) -> Path:
-        "Write the checkpoint, then rotate (rank 0); with `local`, there, then hand it to the uploader"
-        self.claim.check()
-        return self._rotate(write_checkpoint(self.local_root or self.root, step, files, meta))
+# %% ../nbs/08_checkpoint.ipynb #55fb3da7
+@patch
+def _close(self:CheckpointCallback):
+    "Release what this fit opened, however it ended"
+    if self.writer is not None and (err := self.writer.close()) is not None:   # the signals still only raise a flag meanwhile
+        warnings.warn(f'ddpsafe: the background checkpoint write failed too: {err}')
+    if self.stops is not None: self.stops.uninstall(wait=False)
+    if self.uploader is not None: self.uploader.close()  # after an error: the upload in flight ends in the background
+    for c in (self.claim, self.far_claim):
+        if c is not None: c.release()                    # rank 0's; the other ranks hold inactive copies
+    for dl in self.fit_dls.loaders: stop_persistent_workers(dl)   # `self.learn` is gone: fastai removed this callback
+    self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.far_claim = self.uploader = self.fit_dls = None
 
-    def _commit_shards(self, step:int, files:dict, meta:dict, shards:dict, background:bool=False) -> Path:
-        "Every rank writes its shards, rank 0 the rest; then rank 0 rotates (in the background: on the writers' own group)"
-        with (using_side_group('write') if background and coordinating() else contextlib.nullcontext()):
-            on_main(self.claim.check)
-            return on_main(self._rotate, write_in_shards(self.local_root or self.root, step, files, meta, shards))
+# %% ../nbs/08_checkpoint.ipynb #15ff5112
+@patch
+def before_epoch(self:CheckpointCallback):
+    "An epoch began: the fit's end is worth a checkpoint"
+    self.ran_epoch = True
 
-    def _rotate(self, ck:Path) -> Path:
-        "Rotate after committing `ck`; with `local`, hand it to the uploader (rank 0)"
-        root = self.local_root or self.root
-        rotate(root, self.keep, best=best_checkpoint(root, self.comp), written=ck,    # `ck` was hashed as written
-               also=self.uploader.in_use() if self.uploader else ())
-        if self.uploader is not None: self._upload(ck)
-        return ck
+@patch
+def before_train(self:CheckpointCallback):
+    "The epoch's training begins: a checkpoint now resumes inside it"
+    self.in_train = True
+    self.parts.event('begin_epoch')
 
-    def _upload(self, ck:Path):
-        "Hand `ck` to the uploader; warn of an upload that failed"
-        if (err := self.uploader.take_error()) is not None:
-            warnings.warn(f'ddpsafe: uploading {err[0]} to {self.root} failed ({err[1]}); it is kept in {self.local_root}, the next upload tries again')
-        self.uploader.submit(ck)
+@patch
+def after_train(self:CheckpointCallback):
+    "The epoch's training is over: a checkpoint now resumes at the next epoch"
+    self.in_train = False
+    self.parts.event('end_epoch')
 
-    def _await_uploads(self):
-        "Wait for the uploads (after a signal, `upload_wait` seconds at most); say where the newest checkpoint is"
-        def wait():
-            if self.uploader is None: return
-            done = self.uploader.wait(self.upload_wait if self.stopped_by == 'signal' else None)
-            err = self.uploader.take_error()
-            if err is not None: warnings.warn(f'ddpsafe: uploading {err[0]} to {self.root} failed: {err[1]}')
-            if self.uploader.behind:
-                print(f'ddpsafe: the newest checkpoint, {self.uploader.latest}, is in {self.local_root} only; its upload to {self.root} '
-                      + ('failed' if done else f'did not finish within upload_wait={self.upload_wait:g} s') + '. A resume here uses it.')
-        on_main(wait)
+# %% ../nbs/08_checkpoint.ipynb #467b7f9b
+@patch
+def before_batch(self:CheckpointCallback):
+    "No optimizer step yet in this batch"
+    self.stepped = False
 
-    def _settle(self):
-        "Wait for the write in flight; raise its error everywhere"
-        own = self.writer.wait() if self.writer is not None and self.sharded_save else None   # every rank's writer writes shards
-        def wait():
-            if self.writer is not None and (err := own if self.sharded_save else self.writer.wait()) is not None: raise err
-        on_main(wait)
+@patch
+def before_step(self:CheckpointCallback):
+    "This batch steps the optimizer"
+    self.stepped = True
 
-    def _metric(self):
-        "Rank 0's monitored value of the last epoch"
-        names = list(self.learn.recorder.metric_names[1:])
-        if self.monitor not in names or not self.learn.recorder.values: return None
-        return _plain(self.learn.recorder.values[-1][names.index(self.monitor)])
+@patch
+def after_cancel_step(self:CheckpointCallback):
+    "A callback cancelled the step: the gradients stay, as inside an accumulation window"
+    self.stepped = False
 
-    # ---- resuming
-    def _resume(self):
-        "Load this fit's newest checkpoint and go on from it"
-        roots = list(filter(None, (self.local_root, self.root)))
-        ck, man, skipped = on_main(choose_checkpoint, *roots) if self.resume is True else on_main(chosen_checkpoint, self.resume, roots, self.learn.path)
-        for p, why in skipped: warnings.warn(f'ddpsafe: skipping checkpoint {p}: {"; ".join(why)}')
-        if ck is not None and self.uploader is not None: self._catch_up(ck)
-        if ck is None or man.get('fit', 0) < self.fit_idx: return
-        if man.get('fit', 0) > self.fit_idx:
-            self.skipped_fit = True
-            raise CancelFitException()
-        state = position_in(read_checkpoint_file(ck, 'state.pt', man), len(self.dls.train), ck)
-        check_parts(ck, state.get('parts'), self.parts, self.accept_changes)
-        index = None
-        if in_shards(man):
-            check_shards_seen(ck, man)
-            index = _together(lambda: read_shard_index(ck))
-        read = lambda name, **kwargs: read_checkpoint_file(ck, name, man, **kwargs)
-        load = partial(self.parts.load, ck, read, state.get('parts', LEGACY_PARTS), set(man['files']), index=index, read_files={'state.pt': state})
-        load(skip=set(self.parts.names) - {'model'})   # the weights first: another model is refused by them, with its file named
-        changed = check_setup(ck, state.get('setup'), self.setup, self.accept_changes)
-        load(skip={'model'} | ({'optimizer'} if 'optimizer' in changed else set()))
-        self._restore(state, same_fit='fit' not in changed)
-        if is_main():
-            print(resume_message(ck, state, self.n_epoch, len(self.dls.train)))
-            if state['world_size'] != world(): print(world_change_message(ck, state))
+# %% ../nbs/08_checkpoint.ipynb #60be1866
+@patch
+def save_reason(self:CheckpointCallback, asked:dict # The agreed requests: `save`, `stop`, `signal`, `timer`
+               ) -> str|None:
+    "Why this optimizer step is saved, or `None`"
+    if asked['signal']: return 'signal'
+    if asked['save']: return 'switch'
+    if self.epoch_due: return 'epoch'
+    if asked['timer']: return 'time'
+    if self.every_steps and self.fit_steps % self.every_steps == 0: return 'steps'
+    return None
 
-    def _catch_up(self, ck:Path):
-        "Upload local checkpoint `ck` if `path` has nothing as new (a job killed before its last upload)"
-        if str(ck.parent) != str(self.local_root): return
-        far = newest_complete(self.root, checksums=False)
-        if far is None or checkpoint_step(far) < checkpoint_step(ck): self.uploader.submit(ck)
+# %% ../nbs/08_checkpoint.ipynb #51864def
+@patch
+def _stop(self:CheckpointCallback, asked:dict): # The agreed requests, with `stop` set
+    "Record who stopped the run, and say where"
+    self.stopped_by, run_state(self.learn).stopped = 'signal' if asked['signal'] else 'switch', True
+    if is_main(): print(f'ddpsafe: stopping at step {self.steps_before+self.fit_steps} after a {self.stopped_by}; checkpoint saved in {self.local_root or self.root}')
 
-    def _restore(self, state:dict, same_fit:bool=True):
-        "Arm the loops to go on from the checkpoint's position; the parts take their state at the resume point"
-        self.fit_steps = state.get('fit_steps', state['train_iter'])
-        self.steps_before = state['global_step'] - self.fit_steps
-        self.last_pos = (state['global_step'], state['epoch_done'])
-        self.learn.train_iter = state['train_iter']
-        run = run_state(self.learn)
-        parts = self.parts
-        if state['epoch_done']: run.start_epoch, run.at_start = state['epoch'] + 1, lambda: parts.event('at_resume_point')
-        else:
-            n_iter = len(self.dls.train)   # a changed fit or epoch length: where the same batch falls in its schedule
-            exact = same_fit and state.get('train_batches', n_iter) == n_iter
-            pct = state['pct_train'] if exact else (state['epoch'] + state['iter']/n_iter) / self.n_epoch
-            def at_resume_point():
-                self.learn.pct_train, self.learn.train_iter = pct, state['train_iter']
-                parts.event('at_resume_point')
-            drop = 0 if any(getattr(p, 'resumes_itself', False) for p in self.parts) else state['iter']
-            run.start_epoch, run.skip = state['epoch'], (state['iter'], drop, at_resume_point)
+# %% ../nbs/08_checkpoint.ipynb #9a688c39
+@patch
+def after_batch(self:CheckpointCallback):
+    "Poll the requests; save and stop at optimizer steps"
+    if not self.training: return
+    timer = is_main() and not self.timer_raised and self.every_seconds is not None and time.monotonic()-self.last_save >= self.every_seconds
+    self.timer_raised |= timer
+    self.asked = {k: v or self.asked[k] for k, v in self.stops.poll(timer=timer).items()}
+    self.pending_grads = not self.stepped
+    if not self.stepped: return          # inside an accumulation window: wait for its optimizer step
+    self.fit_steps += 1
+    asked, self.asked = self.asked, dict(_NOT_ASKED)
+    if reason := self.save_reason(asked):
+        self.save(reason, stop=asked['stop'])
+        self.epoch_due = False
+    if asked['timer']: self.timer_raised = False   # rank 0 may raise the next one
+    if asked['stop']:
+        self._stop(asked)
+        raise CancelFitException()
 
+# %% ../nbs/08_checkpoint.ipynb #a54cb7c6
+@patch
+def after_epoch(self:CheckpointCallback):
+    "Save every `every_epoch` epochs"
+    if not (self.every_epoch and (self.epoch+1) % self.every_epoch == 0): return
+    if self.pending_grads: self.epoch_due = True
+    else: self.save('epoch', finished=self.epoch+1 == self.n_epoch and run_state(self.learn).fits_left <= 1)
 
-# %% ../nbs/08_checkpoint.ipynb #729c0233
-@patch_fastai('fastai.callback.schedule', 'Learner.fine_tune')
-def learner_fine_tune(self, epochs, base_lr=2e-3, freeze_epochs=1, lr_mult=100, pct_start=0.3, div=5.0, **kwargs):
-    "fastai's `fine_tune`, stopped whole by a stop request"
-    run = run_state(self)
-    run.fits_left, run.stopped = 2, False
-    try: return fastai_stock['Learner.fine_tune'](self, epochs, base_lr=base_lr, freeze_epochs=freeze_epochs, lr_mult=lr_mult,
-                                                  pct_start=pct_start, div=div, **kwargs)
-    finally: run.fits_left = 0
+# %% ../nbs/08_checkpoint.ipynb #1bd7e57b
+@patch
+def position(self:CheckpointCallback) -> dict:
+    "Where the run is, at a step or epoch boundary"
+    done = not self.in_train
+    return dict(epoch=self.epoch, iter=self.n_iter if done else self.iter+1, epoch_done=done, train_iter=self.train_iter,
+                pct_train=self.pct_train, n_epoch=self.n_epoch, fit_steps=self.fit_steps,
+                global_step=self.steps_before+self.fit_steps, fit=self.fit_idx, train_batches=len(self.dls.train))
+
+# %% ../nbs/08_checkpoint.ipynb #5f7c482a
+@patch
+def save(self:CheckpointCallback,
+         reason:str='request', # Why: 'epoch', 'steps', 'time', 'end', 'signal', 'switch'... (recorded in the manifest)
+         stop:bool=False,      # Does the run stop after this checkpoint (a signal or the stop switch)?
+         finished:bool=False   # Is this the normal end of the run's last fit?
+        ) -> bool:
+    "Save this step boundary; `False` if already saved"
+    pos = self.position()
+    if (pos['global_step'], pos['epoch_done']) == self.last_pos and not (stop and not self.saved_stop): return False   # a late stop saves its step again: the manifest must say it
+    self._settle()
+    header = dict(**pos, world_size=world(), setup=self.setup,
+                  versions=dict(torch=str(torch.__version__), fastai=fastai.__version__, ddpsafe=ddpsafe.__version__))
+    meta = dict(epoch=pos['epoch'], iter=pos['iter'], epoch_done=pos['epoch_done'], fit=pos['fit'], reason=reason, stop=stop,
+                finished=finished, world_size=world(), monitor=self.monitor, comp=_name(self.comp),
+                metric=self._metric() if pos['epoch_done'] else None)
+    step = pos['global_step']
+    with step_lock(self.learn): states, shards = self.parts.collect(sharded=self.sharded_save)   # every rank, one step boundary
+    files = self.parts.contents(states, header)
+    meta['parts'] = self.parts.files_of(files)
+    if self.async_save and (is_main() or self.sharded_save):     # copied now, written in the background
+        files, shards = self.state_buffers.copy((files if is_main() else {}, shards))
+    if self.sharded_save:
+        commit = lambda: self._commit_shards(step, checkpoint_writers(files), meta, shards, background=self.async_save)
+        if self.async_save: self.writer.submit(commit)
+        else: commit()
+    elif not self.async_save: on_main(self._commit, step, checkpoint_writers(files), meta)
+    elif is_main(): self.writer.submit(lambda: self._commit(step, checkpoint_writers(files), meta))
+    self.last_pos, self.last_save, self.saved_stop = (pos['global_step'], pos['epoch_done']), time.monotonic(), stop
+    return True
+
+# %% ../nbs/08_checkpoint.ipynb #11f4b586
+@patch
+def _commit(self:CheckpointCallback, step:int, files:dict, meta:dict) -> Path:
+    "Write the checkpoint, then rotate (rank 0); with `local`, there, then hand it to the uploader"
+    self.claim.check()
+    return self._rotate(write_checkpoint(self.local_root or self.root, step, files, meta))
+
+# %% ../nbs/08_checkpoint.ipynb #c90c37c2
+@patch
+def _commit_shards(self:CheckpointCallback, step:int, files:dict, meta:dict, shards:dict, background:bool=False) -> Path:
+    "Every rank writes its shards, rank 0 the rest; then rank 0 rotates (in the background: on the writers' own group)"
+    with (using_side_group('write') if background and coordinating() else contextlib.nullcontext()):
+        on_main(self.claim.check)
+        return on_main(self._rotate, write_in_shards(self.local_root or self.root, step, files, meta, shards))
+
+# %% ../nbs/08_checkpoint.ipynb #fffdccea
+@patch
+def _rotate(self:CheckpointCallback, ck:Path) -> Path:
+    "Rotate after committing `ck`; with `local`, hand it to the uploader (rank 0)"
+    root = self.local_root or self.root
+    rotate(root, self.keep, best=best_checkpoint(root, self.comp), written=ck,    # `ck` was hashed as written
+           also=self.uploader.in_use() if self.uploader else ())
+    if self.uploader is not None: self._upload(ck)
+    return ck
+
+# %% ../nbs/08_checkpoint.ipynb #9426687d
+@patch
+def _upload(self:CheckpointCallback, ck:Path):
+    "Hand `ck` to the uploader; warn of an upload that failed"
+    if (err := self.uploader.take_error()) is not None:
+        warnings.warn(f'ddpsafe: uploading {err[0]} to {self.root} failed ({err[1]}); it is kept in {self.local_root}, the next upload tries again')
+    self.uploader.submit(ck)
+
+@patch
+def _await_uploads(self:CheckpointCallback):
+    "Wait for the uploads (after a signal, `upload_wait` seconds at most); say where the newest checkpoint is"
+    def wait():
+        if self.uploader is None: return
+        done = self.uploader.wait(self.upload_wait if self.stopped_by == 'signal' else None)
+        err = self.uploader.take_error()
+        if err is not None: warnings.warn(f'ddpsafe: uploading {err[0]} to {self.root} failed: {err[1]}')
+        if self.uploader.behind:
+            print(f'ddpsafe: the newest checkpoint, {self.uploader.latest}, is in {self.local_root} only; its upload to {self.root} '
+                  + ('failed' if done else f'did not finish within upload_wait={self.upload_wait:g} s') + '. A resume here uses it.')
+    on_main(wait)
+
+# %% ../nbs/08_checkpoint.ipynb #d7d24be6
+@patch
+def _settle(self:CheckpointCallback):
+    "Wait for the write in flight; raise its error everywhere"
+    own = self.writer.wait() if self.writer is not None and self.sharded_save else None   # every rank's writer writes shards
+    def wait():
+        if self.writer is not None and (err := own if self.sharded_save else self.writer.wait()) is not None: raise err
+    on_main(wait)
+
+# %% ../nbs/08_checkpoint.ipynb #6e290e7f
+@patch
+def _metric(self:CheckpointCallback):
+    "Rank 0's monitored value of the last epoch"
+    names = list(self.learn.recorder.metric_names[1:])
+    if self.monitor not in names or not self.learn.recorder.values: return None
+    return _plain(self.learn.recorder.values[-1][names.index(self.monitor)])
+
+# %% ../nbs/08_checkpoint.ipynb #f0683fc8
+@patch
+def _resume(self:CheckpointCallback):
+    "Load this fit's newest checkpoint and go on from it"
+    roots = list(filter(None, (self.local_root, self.root)))
+    ck, man, skipped = on_main(choose_checkpoint, *roots) if self.resume is True else on_main(chosen_checkpoint, self.resume, roots, self.learn.path)
+    for p, why in skipped: warnings.warn(f'ddpsafe: skipping checkpoint {p}: {"; ".join(why)}')
+    if ck is not None and self.uploader is not None: self._catch_up(ck)
+    if ck is None or man.get('fit', 0) < self.fit_idx: return
+    if man.get('fit', 0) > self.fit_idx:
+        self.skipped_fit = True
+        raise CancelFitException()
+    state = position_in(read_checkpoint_file(ck, 'state.pt', man), len(self.dls.train), ck)
+    check_parts(ck, state.get('parts'), self.parts, self.accept_changes)
+    index = None
+    if in_shards(man):
+        check_shards_seen(ck, man)
+        index = _together(lambda: read_shard_index(ck))
+    read = lambda name, **kwargs: read_checkpoint_file(ck, name, man, **kwargs)
+    load = partial(self.parts.load, ck, read, state.get('parts', LEGACY_PARTS), set(man['files']), index=index, read_files={'state.pt': state})
+    load(skip=set(self.parts.names) - {'model'})   # the weights first: another model is refused by them, with its file named
+    changed = check_setup(ck, state.get('setup'), self.setup, self.accept_changes)
+    load(skip={'model'} | ({'optimizer'} if 'optimizer' in changed else set()))
+    self._restore(state, same_fit='fit' not in changed)
+    if is_main():
+        print(resume_message(ck, state, self.n_epoch, len(self.dls.train)))
+        if state['world_size'] != world(): print(world_change_message(ck, state))
+
+# %% ../nbs/08_checkpoint.ipynb #168642af
+@patch
+def _catch_up(self:CheckpointCallback, ck:Path):
+    "Upload local checkpoint `ck` if `path` has nothing as new (a job killed before its last upload)"
+    if str(ck.parent) != str(self.local_root): return
+    far = newest_complete(self.root, checksums=False)
+    if far is None or checkpoint_step(far) < checkpoint_step(ck): self.uploader.submit(ck)
+
+# %% ../nbs/08_checkpoint.ipynb #1c3ca86b
+@patch
+def _restore(self:CheckpointCallback, state:dict, same_fit:bool=True):
+    "Arm the loops to go on from the checkpoint's position; the parts take their state at the resume point"
+    self.fit_steps = state.get('fit_steps', state['train_iter'])
+    self.steps_before = state['global_step'] - self.fit_steps
+    self.last_pos = (state['global_step'], state['epoch_done'])
+    self.learn.train_iter = state['train_iter']
+    run = run_state(self.learn)
+    parts = self.parts
+    if state['epoch_done']: run.start_epoch, run.at_start = state['epoch'] + 1, lambda: parts.event('at_resume_point')
+    else:
+        n_iter = len(self.dls.train)   # a changed fit or epoch length: where the same batch falls in its schedule
+        exact = same_fit and state.get('train_batches', n_iter) == n_iter
+        pct = state['pct_train'] if exact else (state['epoch'] + state['iter']/n_iter) / self.n_epoch
+        def at_resume_point():
+            self.learn.pct_train, self.learn.train_iter = pct, state['train_iter']
+            parts.event('at_resume_point')
+        drop = 0 if any(getattr(p, 'resumes_itself', False) for p in self.parts) else state['iter']
+        run.start_epoch, run.skip = state['epoch'], (state['iter'], drop, at_resume_point)

@@ -1,4 +1,4 @@
-"""Every fastai internal that ddpsafe replaces, the fastai version it was written against, and a test that fails when the installed fastai's code differs.
+"""Every fastai and torch internal that ddpsafe replaces, the release it was written against, and a test that fails when the installed code differs.
 
 Docs: https://ddpsafe.github.io/ddpsafe/fence.html.md"""
 
@@ -9,16 +9,17 @@ from __future__ import annotations
 import ast, hashlib, importlib.util
 
 # %% auto #0
-__all__ = ['FASTAI_CHECKED', 'FENCE', 'fastai_source', 'source_digest', 'fence_changes']
+__all__ = ['FASTAI_CHECKED', 'CHECKED', 'FENCE', 'fastai_source', 'source_digest', 'fence_changes']
 
 # %% ../nbs/12_fence.ipynb #e6ae144a
 FASTAI_CHECKED = '2.8.12'   # the fastai release whose sources the digests below are of
+CHECKED = dict(fastai=FASTAI_CHECKED, torch='2.13.0', torchdata='0.11.0')   # each fenced library's release, as above
 
-FENCE = [  # (fastai module, name, how ddpsafe replaces it or 'relied on' (how it works is assumed), where, sha256[:12] of fastai's source; None: fastai has none)
+FENCE = [  # (module, name, how ddpsafe replaces it or 'relied on' (how it works is assumed), where, sha256[:12] of the library's source; None: it has none)
     ('fastai.learner', 'Learner.fit', 'wrapped', 'callbacks', 'ea3d749b5657'),
-    ('fastai.learner', 'Learner._do_fit', 'copied', 'checkpoint', '66298c9485be'),
-    ('fastai.learner', 'Learner.all_batches', 'copied', 'checkpoint', '1fba83b3b27a'),
-    ('fastai.learner', 'Learner._do_grad_opt', 'copied', 'checkpoint', '79c9df44f987'),
+    ('fastai.learner', 'Learner._do_fit', 'copied', 'resume', '66298c9485be'),
+    ('fastai.learner', 'Learner.all_batches', 'copied', 'resume', '1fba83b3b27a'),
+    ('fastai.learner', 'Learner._do_grad_opt', 'copied', 'resume', '79c9df44f987'),
     ('fastai.learner', 'Learner.save', 'replaced', 'learner', '9ea1f1e98c73'),
     ('fastai.learner', 'Learner.load', 'replaced', 'learner', 'a45066302eea'),
     ('fastai.learner', 'Learner.export', 'copied', 'learner', '23349383e890'),
@@ -27,7 +28,7 @@ FENCE = [  # (fastai module, name, how ddpsafe replaces it or 'relied on' (how i
     ('fastai.learner', 'load_learner', 'wrapped', 'learner', 'b6faa6902694'),
     ('fastai.callback.core', 'Callback.__call__', 'wrapped', 'callbacks', '21c4f9a3e2a8'),
     ('fastai.callback.core', 'GatherPredsCallback.after_batch', 'copied', 'callbacks', 'af1082e7139e'),
-    ('fastai.callback.schedule', 'Learner.fine_tune', 'wrapped', 'checkpoint', '13b633020bff'),
+    ('fastai.callback.schedule', 'Learner.fine_tune', 'wrapped', 'resume', '13b633020bff'),
     ('fastai.callback.schedule', 'LRFinder.before_fit', 'copied', 'callbacks', 'd92cb84fdd57'),
     ('fastai.callback.schedule', 'LRFinder.after_batch', 'copied', 'callbacks', '3eb6e3c9a891'),
     ('fastai.callback.schedule', 'LRFinder.after_fit', 'copied', 'callbacks', '987999e53fa7'),
@@ -49,6 +50,8 @@ FENCE = [  # (fastai module, name, how ddpsafe replaces it or 'relied on' (how i
     ('fastai.text.data', 'LMDataLoader.shuffle_fn', 'replaced', 'text', 'fff359b8e0b4'),
     ('fastai.text.data', 'LMDataLoader.create_item', 'relied on', 'text', 'c24ad58cee2a'),   # the items the split cuts in whole batches
     ('fastai.text.models.awdlstm', 'AWD_LSTM.forward', 'relied on', 'text', '82ae391c6d34'), # `hidden` and `bs`, read by `hidden_state`
+    ('torch.utils.data.dataloader', '_MultiProcessingDataLoaderIter.__init__', 'wrapped', 'preempt', '5297c3a832e1'),   # workers start with the stop signals blocked
+    ('torchdata.stateful_dataloader.stateful_dataloader', '_StatefulMultiProcessingDataLoaderIter.__init__', 'wrapped', 'parts', '237118dcbc0d'),
 ]
 
 # %% ../nbs/12_fence.ipynb #89771634
@@ -59,7 +62,7 @@ def _defines(node, cls:str, name:str) -> bool:
     args = node.args.args
     return bool(args) and args[0].annotation is not None and ast.unparse(args[0].annotation) == cls
 
-def fastai_source(module:str, # A fastai module, e.g. 'fastai.learner'
+def fastai_source(module:str, # A fastai (or torch) module, e.g. 'fastai.learner'
                   name:str    # 'Class.method' or 'function'
                  ) -> str|None:
     "The source of `name` in the installed `module`"
@@ -79,11 +82,13 @@ def source_digest(src:str|None) -> str|None:
 
 def fence_changes(source=fastai_source # Reads fastai's source of a name: `fastai_source`, or a stand-in in tests
                  ) -> list:
-    "What fastai changed in the internals ddpsafe replaces"
+    "What fastai and torch changed in the internals ddpsafe replaces"
     out = []
     for module, name, how, where, digest in FENCE:
+        lib = module.split('.')[0]
+        if importlib.util.find_spec(lib) is None: continue      # not installed (torchdata): nothing of it is patched
         now = source_digest(source(module, name))
         if now != digest:
-            out.append(f'{module}.{name} ({how} in ddpsafe.{where}) differs from fastai {FASTAI_CHECKED}\'s: '
-                       f'read fastai\'s change, update ddpsafe.{where}, then its digest here to {now}')
+            out.append(f'{module}.{name} ({how} in ddpsafe.{where}) differs from {lib} {CHECKED[lib]}\'s: '
+                       f'read {lib}\'s change, update ddpsafe.{where}, then its digest here to {now}')
     return out

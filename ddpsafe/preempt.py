@@ -10,6 +10,7 @@ import os, sys, time, signal, threading, warnings
 from contextlib import contextmanager
 from pathlib import Path
 import torch, torch.distributed as dist
+import ddpsafe
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 from .core import *
 from .commit import is_url, as_path
@@ -236,6 +237,7 @@ def _start_method(loader) -> str:
     return ctx.get_start_method() if hasattr(ctx, 'get_start_method') else str(ctx)
 
 _said_prone = False
+_worker_starts = ddpsafe.__dict__.setdefault('_worker_starts', {})   # iterator class -> its own `__init__`: kept in the package, never on torch's class
 
 def _say_prone():
     "Say once, on rank 0, that this Python's forked workers can deadlock, and what ddpsafe does about it"
@@ -248,7 +250,7 @@ def _say_prone():
 def watch_worker_start(cls,              # A multiprocessing DataLoader iterator class: torch's, or one written after it
                        named:bool=True): # Does its worker loop name its process `pt_data_worker` (torch's does, torchdata's not)?
     "Patch `cls.__init__`: workers start with the stop signals blocked; forked ones that never reach their loop start again"
-    stock = cls.__dict__.get('_ddpsafe_stock_init', cls.__init__)
+    stock = _worker_starts.setdefault(cls, cls.__init__)
     def __init__(self, loader, *args, **kwargs):
         sigs, forked = stop_signals(), named and _start_method(loader) == 'fork' and sys.platform.startswith('linux')
         if sigs and _start_method(loader) != 'fork': resource_tracker.ensure_running()   # its first start unblocks SIGTERM
@@ -265,6 +267,6 @@ def watch_worker_start(cls,              # A multiprocessing DataLoader iterator
             warnings.warn(f'ddpsafe: rank {rank()}: {what}: stuck in the interpreter after fork (CPython gh-112275: 3.8-3.11 before '
                           f'their September 2024 releases; this is {sys.version.split()[0]}); killed, and started again with the same seeds')
     __init__.__doc__ = f"{cls.__name__}'s start, watched by ddpsafe"
-    cls._ddpsafe_stock_init, cls.__init__ = stock, __init__
+    cls.__init__ = __init__
 
 watch_worker_start(_MultiProcessingDataLoaderIter)
