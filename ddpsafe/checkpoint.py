@@ -93,8 +93,9 @@ def before_fit(self:CheckpointCallback):
     self.fit_idx, run.fits = run.fits, run.fits + 1
     self.steps_before, self.fit_steps, self.setup = run.steps, 0, setup_signature(self.learn)
     self.parts = TrainingState(self.learn, self.extra)
-    where = f'ddpsafe: checkpoints in {self.local_root or self.root}' + (f', uploaded to {self.root}' if self.local else '')
-    if is_main() and where not in run.said: run.said.add(where); print(where)   # a relative `path` is relative to `learn.path`: say where that is
+    here = self.local_root or self.root    # a relative `path` is relative to `learn.path`: say where that is, in full
+    where = f'ddpsafe: checkpoints in {here if is_url(here) else Path(here).absolute()}' + (f', uploaded to {self.root}' if self.local else '')
+    if is_main() and where not in run.said: run.said.add(where); print(where)
     if is_main() and (note := late_callbacks_note(self.parts, self.order)) and note not in run.said: run.said.add(note); print(note)
     if is_main() and (note := loader_note(self.dls.train)) and note not in run.said: run.said.add(note); print(note)
     self.last_pos, self.stopped_by, self.skipped_fit, self.ran_epoch, self.in_train = None, None, False, False, False

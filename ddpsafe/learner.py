@@ -19,6 +19,7 @@ from fastcore.meta import delegates
 from fastcore.foundation import L
 from fastcore.xtras import join_path_file
 import fastai.learner, fastai.torch_core
+import ddpsafe
 from fastai.learner import Learner
 from fastai.data.core import DataLoaders
 from fastai.torch_core import get_model
@@ -32,7 +33,7 @@ __all__ = ['fastai_stock', 'BN_ON_CPU_NOTE', 'when_imported', 'has_batchnorm', '
            'ddpsafe_parts', 'without_ddpsafe', 'load_learner', 'patch_text_learner', 'load_dls']
 
 # %% ../nbs/03_learner.ipynb #8d1594d8
-fastai_stock = fastai.learner.__dict__.setdefault('_ddpsafe_stock', dict(
+fastai_stock = ddpsafe.__dict__.setdefault('_fastai_stock', dict(   # fastai's originals, once a process: kept in ddpsafe's package, never in fastai's
     save_model=fastai.learner.save_model, load_model=fastai.learner.load_model, load_learner=fastai.learner.load_learner,
     Learner_save=Learner.save, Learner_load=Learner.load, Learner_export=Learner.export))
 
