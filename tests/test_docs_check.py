@@ -1,7 +1,9 @@
 """The docs checker (tools/browser_check.py) fails on what a reader should not see: tiny pages built here, each with
 one problem (a fastai progress bar, a build-machine path, an API entry without its parameter table, an image without
-alt text, a page wider than a phone), loaded in headless Chromium the way the checker loads the site; and a clean page
-passes. Skipped only when no Chromium is installed."""
+alt text, a page wider than a phone, a heading that did not render), loaded in headless Chromium the way the checker
+loads the site; and a clean page passes. Skipped only when no Chromium is installed. Then the docs build's own rules
+(tools/docs.py): show_doc headings render (dunders included), the API index fails on a name with no entry, fastai's
+progress becomes one table per fit."""
 from __future__ import annotations
 import sys
 from pathlib import Path
@@ -32,7 +34,8 @@ def site(tmp_path_factory):
                  path=CLEAN + '<pre><code>ddpsafe: resumed from /tmp/tmpk2x9q1ab/checkpoints/step-00000012</code></pre>',
                  no_table=CLEAN + ENTRY.format(table=''),
                  bad_alt=CLEAN + f'<p><img src="data:image/png;base64,{PNG}" alt="output"></p>',
-                 wide=CLEAN + '<div style="width:900px">a table drawn wider than a phone</div>')
+                 wide=CLEAN + '<div style="width:900px">a table drawn wider than a phone</div>',
+                 heading=CLEAN + '<h3 id="x">TrackerCallback.<strong>call</strong> { #trackercallback.<strong>call</strong> .nb-sd }</h3>')
     for name, body in pages.items(): (root/f'{name}.html').write_text(page(body), encoding='utf-8')
     srv = bc.Server(root, '/')
     yield exe, srv.base
@@ -48,7 +51,7 @@ def test_clean_page_passes(site): assert problems(site, 'clean', 1280) == [] and
 
 @pytest.mark.parametrize('name,expect', [('progress', 'progress bar'), ('path', 'build-machine path'),
                                          ('no_table', 'no parameter table'), ('bad_alt', 'no alt text'),
-                                         ('wide', 'wider than the window')])
+                                         ('wide', 'wider than the window'), ('heading', 'did not render')])
 def test_checker_fails(site, name, expect):
     probs = problems(site, name)
     assert any(expect in p for p in probs), probs
@@ -58,3 +61,46 @@ def test_text_rules():
     assert bc.text_problems('see shared/ENV.md for the numbers')
     assert bc.text_problems(r'C:\Users\me\ckpt') and bc.text_problems('/home/runner/work/x')
     assert bc.takes_params('class CheckpointCallback(\n    path=\'checkpoints\',\n)') and not bc.takes_params('def rank()')
+
+def test_noise_rules():
+    out = lambda *o: bc.noise_problems({'outputs': list(o)})
+    assert out('ddpsafe: resumed from run/checkpoints/step-00000009', '[1, 2, 3]') == []
+    assert 'a Python warning' in out('core.py:72: UserWarning: You are shadowing an attribute (sig)')[0]
+    assert 'epoch table header' in out('epoch     train_loss  valid_loss  time\nddpsafe: resumed')[0]
+    assert 'recorder values' in out('[[28.844810485839844, 21.931251525878906],\n [28.53, 21.08]]')[0]
+
+# ---------------------------------------------------------------------------------------------- tools/docs.py
+@pytest.fixture(scope='module')
+def docs():
+    pytest.importorskip('nbdev'); pytest.importorskip('markdown')
+    import docs as d
+    return d
+
+def test_dunder_heading_renders(docs):
+    import markdown
+    md = markdown.Markdown(extensions=['toc', 'attr_list'], extension_configs={'toc': {'slugify': docs.nb_slugify}})
+    out = md.convert(docs.sd_anchors('### TrackerCallback.__call__\n\n### CSVLogger._flush_lines\n\n## Text models: `save_encoder`'))
+    assert '<h3 class="nb-sd" id="trackercallback.__call__">TrackerCallback.__call__</h3>' in out, out
+    assert 'id="csvlogger._flush_lines">CSVLogger._flush_lines<' in out and 'id="text-models-save_encoder"' in out
+    assert docs.broken_headings(out) == []
+    assert docs.broken_headings('<h3>TrackerCallback.<strong>call</strong> { #trackercallback.</h3>')
+    assert docs.broken_headings('<h2>Passing <code>**kwargs</code></h2>') == []
+
+def test_heading_ids(docs):
+    md = docs.sd_anchors('### Learner.save') + '\n\n```python\n# a comment, not a heading\n```\n\n## How a run ended\n\n## How a run ended'
+    assert [a for _, a in docs.heading_ids(md)] == ['learner.save', 'how-a-run-ended', 'how-a-run-ended_1']
+
+def test_api_index_fails_on_a_dead_row(docs):
+    mds = {'io': docs.sd_anchors('# Files\n\n### atomic_save'), 'manifest': '# Folders\n\n## How a run ended'}
+    syms = {'atomic_save': [('ddpsafe.io', 'io', 'atomic_save')]}
+    assert docs.resolve(docs.Use('atomic_save'), syms, mds).anchor == 'atomic_save'
+    assert docs.resolve(docs.Use('X', at='manifest: How a run', doc='x'), syms, mds).anchor == 'how-a-run-ended'
+    for use in (docs.Use('atomic_save_renamed', doc='x'), docs.Use('X', at='manifest: How it ended', doc='x')):
+        with pytest.raises(docs.DocsError): docs.resolve(use, syms, mds)
+    with pytest.raises(docs.DocsError): docs.resolve(docs.Use('atomic_save'), syms, {'io': '# Files'})   # entry gone
+
+def test_one_table_per_fit(docs):
+    head = 'epoch     train_loss  valid_loss  time'
+    before, tables, after = docs.fastai_progress(f'start\n{head}\n0 1.0 2.0 00:00\nresumed\n{head}\n{head}\n1 1.5 2.5 00:00\n')
+    assert before == ['start'] and [len(t) for t in tables] == [2, 2] and after[0] == 'resumed'
+    assert docs.fastai_progress(f'{head}\nnothing trained\n') == ([ 'nothing trained', ''], [], [])

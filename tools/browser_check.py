@@ -1,6 +1,6 @@
 """Load the built docs site in headless Chromium, offline, and fail on anything broken.
 
-    python tools/browser_check.py [--site docs] [--shot .ci/artifacts/landing.png]
+    python tools/browser_check.py [--site docs] [--shots .ci/artifacts]
 
 The site is served from `--site` by Python's http.server on 127.0.0.1 (a free port), under the path of
 `site_url` in mkdocs.yml (`/ddpsafe/`, as on GitHub Pages). Chromium runs with every host but 127.0.0.1
@@ -18,8 +18,12 @@ Then what a reader sees, page by page, at 1280 px and at 390 px wide (`reader_pr
 - an API entry (`.sd-entry`, from show_doc) whose signature takes parameters but that has no parameter table;
 - an image without alt text that says what it shows (missing, or "output"), wider than the content, or (at 1280 px)
   drawn more than `MAX_SHRINK` times wider than it is shown, so that its text becomes too small to read;
-- a page wider than the window, or a code block that scrolls sideways.
-It saves screenshots (1280x900) of the landing page, the quick start, one API page and the benchmarks to `--shots`.
+- a page wider than the window, or a code block that scrolls sideways;
+- a heading whose text shows markdown that did not render (`**call**`, `{ #anchor .nb-sd }`).
+It reports, without failing, build noise in what the pages show (`noise_problems`): a Python warning, fastai's epoch
+table header printed as plain text, a raw list of recorder values.
+It saves screenshots of the first screen of the landing page, the checkpoint page, the CLI page and the API index, at
+1280 px (1280x900) and 390 px (390x844, a phone) wide, to `--shots`: `index-1280.png`, `index-390.png`, ...
 """
 from __future__ import annotations
 import argparse, functools, html.parser, http.server, os, re, shutil, subprocess, sys, tempfile, threading, time
@@ -32,14 +36,19 @@ FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--dis
          '--mute-audio', '--hide-scrollbars',
          '--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1']   # offline: only our server resolves
 
-SHOTS = {'landing': 'index.html', 'quickstart': 'quickstart.html', 'api': 'checkpoint.html', 'benchmarks': 'benchmarks.html'}
+SHOTS = {'index': 'index.html', 'checkpoint': 'checkpoint.html', 'cli': 'cli.html', 'api': 'api.html'}
 WIDTHS = (1280, 390)
+SCREENS = {1280: 900, 390: 844}   # window height at each width: a laptop's first screen, a phone's
 MAX_SHRINK = 3.0   # a figure drawn at 200 dpi, shown at 1/3 of its pixels: ~67 px per inch, 8 pt text at ~7.5 px
 _glyphs = re.compile(r'[█▉▊▋▌▍▎▏]|\d+\.\d+% \[\d+/\d+')
 _paths = re.compile(r'(?<![\w.~-])(?:/tmp/|/var/tmp/|/dev/shm/|/private/var/|/var/folders/|/home/\w|/Users/\w|/root/|/work/|'
                     r'/github/workspace|/home/runner|/builds/|[A-Z]:\\Users\\)|site-packages/')
 _internal = re.compile(r'\bENV\.md\b|\bshared/\w+\.md\b')
 _bad_alt = {'', 'output', 'image', 'figure', 'png', 'img', 'plot'}
+_unrendered = re.compile(r'\*\*|\{\s*[#.:]|\.nb-sd\b')   # in a heading's text (code spans aside): markdown left as it was
+_noise = [(re.compile(r'\b\w*Warning: '), 'a Python warning'),
+          (re.compile(r'^\s*epoch\s+train_loss\b.*$', re.M), "fastai's epoch table header as plain text"),
+          (re.compile(r'^\s*\[\[?-?\d+\.\d{4,},\s*-?\d+\.\d+', re.M), 'a raw list of recorder values')]
 
 def chromium_path() -> str|None:
     "The Chromium (or Chrome) on PATH, if any"
@@ -58,6 +67,9 @@ function run(){
   main.querySelectorAll('img').forEach(function(i){ var b = i.getBoundingClientRect();
     r.imgs.push({src: i.getAttribute('src'), alt: i.getAttribute('alt'), shown: b.width, natural: i.naturalWidth,
                  outside: b.width > 0 && (b.left < box.left - 1 || b.right > box.right + 1)}); });
+  r.headings = []; main.querySelectorAll('h1,h2,h3,h4,h5,h6').forEach(function(h){ var c = h.cloneNode(true);
+    c.querySelectorAll('code,.headerlink').forEach(function(x){ x.remove(); }); r.headings.push(c.textContent.trim()); });
+  r.outputs = []; main.querySelectorAll('pre').forEach(function(p){ if (!p.closest('table')) r.outputs.push(p.innerText); });
   main.querySelectorAll('.sd-entry').forEach(function(e){ var h = e.querySelector('h1,h2,h3,h4,h5,h6'), c = e.querySelector('pre');
     r.entries.push({name: h ? (h.id || h.textContent) : '?', sig: c ? c.textContent : '', table: !!e.querySelector('table')}); });
   var s = document.createElement('script'); s.type = 'application/json'; s.id = '__reader';
@@ -167,6 +179,7 @@ def reader_problems(r:dict, width:int) -> list[str]:
     res = []
     if r['scroll'] > r['viewport'] + 1: res.append(f'at {width} px: the page is {r["scroll"] - r["viewport"]} px wider than the window')
     res += [f'at {width} px: a code block scrolls sideways: {p!r}' for p in r['pre']]
+    res += [f'a heading shows markdown that did not render: {h!r}' for h in r.get('headings', []) if _unrendered.search(h)]
     for e in r['entries']:
         if not e['sig']: res.append(f'API entry {e["name"]} shows no signature')
         elif takes_params(e['sig']) and not e['table']: res.append(f'API entry {e["name"]} has parameters but no parameter table')
@@ -175,6 +188,14 @@ def reader_problems(r:dict, width:int) -> list[str]:
         if i['outside']: res.append(f'at {width} px: image {i["src"]} is wider than the content')
         if width >= 1000 and i['shown'] and i['natural'] > MAX_SHRINK * i['shown']:
             res.append(f'image {i["src"]} is drawn {i["natural"]} px wide and shown at {i["shown"]:.0f} px: its text is too small to read')
+    return res
+
+def noise_problems(r:dict) -> list[str]:
+    "Build noise in a page's code blocks and outputs: a warning, fastai's epoch header as text, raw recorder values"
+    res = []
+    for out in r.get('outputs', []):
+        for rx, what in _noise:
+            if m := rx.search(out): res.append(f'shows {what}: {m.group(0).strip()[:100]!r}')
     return res
 
 # ---------------------------------------------------------------------------------------------------------- check
@@ -197,7 +218,7 @@ def allowed_hosts() -> list[str]:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('--site', default=str(ROOT/'docs'), help='the built site (default docs/)')
-    ap.add_argument('--shots', default=str(ROOT/'.ci/artifacts'), help='folder for the screenshots (landing, quickstart, api, benchmarks)')
+    ap.add_argument('--shots', default=str(ROOT/'.ci/artifacts'), help='folder for the screenshots (index, checkpoint, cli, api; each at 1280 and 390 px)')
     ap.add_argument('--prefix', default=None, help="URL path to serve the site under (default: site_url's path in mkdocs.yml)")
     ap.add_argument('--min-text', type=int, default=40, help='fewest characters of text a page\'s main content may have')
     a = ap.parse_args()
@@ -255,7 +276,7 @@ def main():
             if not rel.endswith('404.html') and rel not in indexed: fail(f'search index has no entry for {rel}')
 
     # each page in Chromium, at each width: JavaScript errors, the rendered main content, what a reader sees
-    n_pages = 0
+    n_pages, noise = 0, []
     for url in sorted(u for u in pages if not u.endswith('/404.html')):
         n_pages += 1
         for width in WIDTHS:
@@ -267,16 +288,20 @@ def main():
             if not dom.strip(): fail(f'{url}: Chromium returned no DOM'); continue
             if len(text) < a.min_text: fail(f'{url}: main content is empty ({len(text)} characters: {text[:80]!r})')
             for prob in text_problems(text) + reader_problems(r, width): fail(f'{url}: {prob}')
+            if width == WIDTHS[0]: noise += [f'{url[len(base):]}: {n}' for n in noise_problems(r)]
         print(f'  read {url[len(base):] or "index.html"}: {len(text)} characters of content', flush=True)
+
+    for n in noise: print(f'  noise (reported, not failed: the notebooks print it) {n}')
 
     # screenshots, as a reader sees the pages
     shots = Path(a.shots).resolve(); shots.mkdir(parents=True, exist_ok=True)
     for name, page in SHOTS.items():
-        shot = shots/f'{name}.png'; shot.unlink(missing_ok=True)
         if base + page not in pages: fail(f'no page {page} to take a screenshot of'); continue
-        chromium(exe, base + page, f'--screenshot={shot}', '--window-size=1280,900')
-        if not shot.exists() or shot.stat().st_size < 1000: fail(f'no screenshot written to {shot}')
-        else: print(f'  screenshot: {shot}')
+        for width in WIDTHS:
+            shot = shots/f'{name}-{width}.png'; shot.unlink(missing_ok=True)
+            chromium(exe, base + page, f'--screenshot={shot}', f'--window-size={width},{SCREENS[width]}')
+            if not shot.exists() or shot.stat().st_size < 1000: fail(f'no screenshot written to {shot}')
+            else: print(f'  screenshot: {shot}')
 
     time.sleep(0.2)
     srv.close()
@@ -285,7 +310,7 @@ def main():
         if code >= 400: fail(f'{method} {path} -> {code}' + (f' (linked or loaded from {ref})' if ref else ''))
     n_req = len(srv.log)
     print(f'browser_check: {n_pages} pages in Chromium, {len(fetched)} URLs crawled, {n_req} requests, '
-          f'{len(fails)} problems, {time.monotonic()-t0:.1f}s')
+          f'{len(fails)} problems, {len(noise)} noise reports, {time.monotonic()-t0:.1f}s')
     if fails:
         print('browser_check: FAILED'); sys.exit(1)
     print('browser_check: OK')

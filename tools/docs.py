@@ -7,10 +7,17 @@ nbdev does the notebook work (`proc_nbs`: front matter, directives, `show_doc`, 
 for the docs build only, through nbdev's user config (`$XDG_CONFIG_HOME/nbdev/config.toml`, written in `_docs_build/`):
 `renderer` (`ApiRenderer`: `class`/`def` signatures with a parameter table) and `doc_procs` (`clean_outputs`,
 `strip_internal`: outputs as a reader should see them). What is left here is glue: each processed notebook becomes
-`_docs_build/md/<page>.md` (nbdev's page names), an API index, the nav in sections, then `mkdocs build --strict`.
+`_docs_build/md/<page>.md` (nbdev's page names), the nav in sections, then `mkdocs build --strict`; and the reference
+as readers need it:
+- the API index (`api.md`): the public names grouped by task (`API_GROUPS`, the one list of them: the build fails when
+  one has no entry), everything else below, collapsed, by module;
+- each module page opens with a "Use from this page" box of its public names; its other entries are labelled internal;
+- MkDocs hooks (this file, `on_config` / `on_page_content`): nbdev's anchors for show_doc headings (dunders included),
+  code lines that wrap under their own indent, and a failed build for a heading that did not render.
 """
 from __future__ import annotations
-import argparse, base64, enum, html, importlib, inspect, os, re, shutil, subprocess, sys, time
+import argparse, base64, enum, html, importlib, inspect, os, re, shutil, subprocess, sys, time, warnings
+from typing import NamedTuple
 from pathlib import Path
 from nbdev.showdoc import BasicMarkdownRenderer
 
@@ -20,6 +27,8 @@ MD = BUILD/'md'                                                              # M
 SECTIONS = ['Tutorials', 'How-to recipes', 'Explanations', 'API reference', 'Benchmarks']   # nav order
 DEFAULT_SECTION = 'API reference'   # notebooks whose front matter names no `section`
 NBDEV_CFG = f'doc_procs = "docs:clean_outputs docs:strip_internal"\nrenderer = "docs.ApiRenderer"\n'
+
+NBDEV_EXPORT_ADVICE = 'Found cells containing imports and other code'   # a warning of nbdev's that the build silences
 
 def log(*a): print('[docs]', *a, flush=True)
 class DocsError(Exception): pass
@@ -103,17 +112,17 @@ def html_table(rows:list[list[str]]) -> str:
     trs = ''.join('<tr>' + ''.join(f'<td>{html.escape(c)}</td>' for c in r) + '</tr>' for r in rows[1:])
     return f'<table class="dataframe fit-table"><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>'
 
-def fastai_progress(text:str) -> tuple[list[str], list[list[str]], list[str]]:
-    "Console progress of a fastai fit: lines before the epoch table, its rows (none without epochs), lines after"
+def fastai_progress(text:str) -> tuple[list[str], list[list[list[str]]], list[str]]:
+    """Console progress of fastai fits: lines before the first epoch table, the tables (a header row and one row per
+    epoch; one per fit that printed epochs), the other lines after them. A header without rows is dropped"""
     lines = [l for l in terminal_lines(text) if not _term_bar.match(l)]
-    head = next((i for i, l in enumerate(lines) if l.split()[:1] == ['epoch']), None)
-    if head is None: return lines, [], []
-    cols = lines[head].split()
-    rows = [i for i, l in enumerate(lines) if i > head and _epoch_row.match(l) and len(l.split()) == len(cols)]
-    rest = [l for i, l in enumerate(lines) if i != head and i not in rows]
-    if not rows: return rest, [], []
-    n_before = sum(1 for i in range(len(lines)) if i != head and i < rows[0])
-    return rest[:n_before], [cols] + [lines[i].split() for i in rows], rest[n_before:]
+    before, tables, after = [], [], []
+    for l in lines:
+        if l.split()[:1] == ['epoch']: tables.append([l.split()])
+        elif tables and _epoch_row.match(l) and len(l.split()) == len(tables[-1][0]): tables[-1].append(l.split())
+        else: (after if tables else before).append(l)
+    tables = [t for t in tables if len(t) > 1]
+    return (before, tables, after) if tables else (before + after, [], [])
 
 def neutral_paths(s:str) -> str:
     "Build-machine paths as neutral names: temporary folders (`/tmp/tmpk2x9q1ab/models` -> `run/models`), this checkout"
@@ -128,9 +137,9 @@ def clean_outputs(cell):
     outs = []
     for o in cell.outputs:
         if o.get('output_type') == 'stream' and ('\r' in o.text or '█' in o.text):
-            before, rows, after = fastai_progress(o.text)
+            before, tables, after = fastai_progress(o.text)
             outs += [_stream(o.name, before)] if any(before) else []
-            outs += [{'output_type': 'display_data', 'metadata': {}, 'data': {'text/html': html_table(rows)}}] if rows else []
+            outs += [{'output_type': 'display_data', 'metadata': {}, 'data': {'text/html': html_table(t)}} for t in tables]
             outs += [_stream(o.name, after)] if any(after) else []
         else: outs.append(o)
     for o in outs:
@@ -156,6 +165,10 @@ def process_notebooks() -> Path:
     (xdg/'nbdev').mkdir(parents=True, exist_ok=True)
     (xdg/'nbdev'/'config.toml').write_text(NBDEV_CFG)
     os.environ['XDG_CONFIG_HOME'] = str(xdg)   # nbdev reads `renderer` and `doc_procs` from there; workers inherit it
+    # nbdev's advice on exporting ("Found cells containing imports and other code", each with the cell's source): not
+    # about the docs, and 30 of them buried the build's own messages. Quiet here and in nbdev's worker processes.
+    warnings.filterwarnings('ignore', NBDEV_EXPORT_ADVICE, UserWarning)
+    os.environ['PYTHONWARNINGS'] = ','.join(w for w in (os.environ.get('PYTHONWARNINGS'), f'ignore:{NBDEV_EXPORT_ADVICE}:UserWarning') if w)
     try: cache = proc_nbs(force=True, n_workers=min(os.cpu_count() or 1, 4))
     except Exception as e: raise DocsError(f'nbdev could not process the notebooks:\n{e}') from None
     srcs = sorted(p.name for p in get_config().nbs_path.glob('*.ipynb') if not p.name.startswith(('_', '.')))
@@ -209,9 +222,17 @@ class Linker:
         md = re.sub(r'(\]\()(\S+?)((?:\s+"[^"]*")?\))', sub, md)
         return re.sub(r'''(\b(?:href|src)=["'])([^"']+)(["'])''', sub, md)
 
+def nb_slugify(text:str, sep:str='-') -> str:
+    """A heading's anchor (MkDocs' toc calls this, set by `on_config`): nbdev's for a `show_doc` name (`rankprocs.wait`,
+    `trackercallback.__call__`), Python-Markdown's slug for any other heading"""
+    from markdown.extensions.toc import slugify
+    return text.lower() if re.fullmatch(r'[\w.]+', text) else slugify(text, sep)
+
 def sd_anchors(md:str) -> str:
-    "Give `show_doc` headings nbdev's anchors (`rankprocs.wait`), which MkDocs' slugs would otherwise change"
-    return re.sub(r'^(#{1,6})[ \t]+([\w.]+)[ \t]*$', lambda m: f'{m.group(1)} {m.group(2)} {{ #{m.group(2).lower()} .nb-sd }}', md, flags=re.M)
+    """`show_doc` headings with the class `nb-sd`, their underscores escaped: a dunder (`__call__`) is not bold. Their
+    anchors are nbdev's (`nb_slugify`), not written out: an `{ #id }` with `__` in it would be read as bold too"""
+    return re.sub(r'^(#{1,6})[ \t]+([\w.]+)[ \t]*$', lambda m: f"{m.group(1)} {m.group(2).replace('_', chr(92) + '_')} {{ .nb-sd }}",
+                  md, flags=re.M)
 
 def fix_anchors(md:str, ids:dict) -> str:
     "Links to `page.md#cls.meth` where `page` has no such anchor (nbdev links every indexed name): to `#cls`, else the page"
@@ -219,7 +240,7 @@ def fix_anchors(md:str, ids:dict) -> str:
         page, anchor = m.group(1), m.group(2)
         while page in ids and anchor not in ids[page] and '.' in anchor: anchor = anchor.rsplit('.', 1)[0]
         return m.group(0) if page not in ids or m.group(2) in ids[page] else f'{page}.md' + (f'#{anchor}' if anchor in ids[page] else '')
-    return re.sub(r'(?<![\w/.-])([\w-]+)\.md#([\w.]+)', f, md)
+    return re.sub(r'(?<![\w/.-])([\w-]+)\.md#([\w.-]+)', f, md)
 
 class Page:
     "One processed notebook as a markdown page; title, description and section from nbdev's front matter"
@@ -279,25 +300,215 @@ class Page:
                 if d.get('output') != 'false': parts += self.outputs(c, d, link)
         return '\n\n'.join(p.strip('\n') for p in parts if p.strip()) + '\n'
 
+# ---------------------------------------------------------------------------------------------- API index
+class Use(NamedTuple):
+    """A public name in the API index: as a user writes it; `sym`: where its docstring is (default `name`), found in
+    `<lib>/_modidx.py` in any module; `at`: `'page: heading'`, the section that documents a name without an entry of its
+    own (its heading contains `heading`); `doc`: the one-liner when there is no docstring to take"""
+    name: str
+    sym: str|None = None
+    at: str|None = None
+    doc: str|None = None
+
+# What a user calls, grouped by what they want to do: the API index's tables and each page's "Use from this page" box.
+# The build fails (DocsError) when a name here has no entry in the reference, so a rename cannot leave a dead row.
+API_GROUPS = {
+    'Checkpoint and resume a fit': [
+        Use('CheckpointCallback'), Use('CheckpointMismatch'), Use('FolderInUse'),
+        Use('newest_complete'), Use('checkpoint_status')],
+    'Stop and requeue': [
+        Use('REQUEUE_EXIT_CODE', at='manifest: How a run ended',
+            doc='75: what a run exits with once a preemption signal made it save and stop; a launcher requeues it'),
+        Use('STOPPED_EXIT_CODE', at='manifest: How a run ended',
+            doc="3: what `ddpsafe-status` answers when the stop switch stopped the run; a launcher does not requeue it"),
+        Use('StopRequests')],
+    'fastai, made safe on import': [
+        Use('Learner.save'), Use('Learner.load'), Use('Learner.export'), Use('load_learner'),
+        Use('TextLearner.save_encoder', at='learner: Text models',
+            doc='Save the encoder to `file` in the model directory, once, on rank 0, atomically'),
+        Use('TextLearner.load_encoder', at='learner: Text models', doc='Load the encoder `file` on every rank'),
+        Use('DataLoaders.save'), Use('load_dls'),
+        Use('SaveModelCallback', at='callbacks: `SaveModelCallback`',
+            doc="fastai's, with rank 0 deciding each new best and every rank loading the same best weights after fit"),
+        Use('EarlyStoppingCallback, ReduceLROnPlateau', at='callbacks: Tracker decisions',
+            doc="fastai's trackers, with rank 0's decisions (new best, stop, reduce) on every rank"),
+        Use('Learner.distrib_ctx', at='learner: fastai DDP on CPU',
+            doc="fastai's `distrib_ctx`, on CPU too (gloo), with every wait bounded"),
+        Use('Learner.snapshot')],
+    'Safe files': [
+        Use('atomic_save'), Use('safe_load'), Use('prepare_dir'), Use('atomic_write'),
+        Use('CorruptFileError'), Use('UnsafePickleError')],
+    'Decisions across ranks': [
+        Use('rank'), Use('world'), Use('is_main'), Use('barrier'), Use('on_main'), Use('agree'), Use('any_rank'),
+        Use('all_ranks'), Use('DistTimeout'), Use('ddp_timeout')],
+    'Your own state in checkpoints': [
+        Use('Part'), Use('register_part'), Use('UserState'), Use('TrainingState')],
+    'Sharded training': [
+        Use('Learner.fsdp_ctx'), Use('full_weights'), Use('is_sharded')],
+    'Test your training code on N ranks': [
+        Use('run_ranks'), Use('RanksFailed'), Use('run_script'), Use('launch_ranks'), Use('synth_learner')],
+    'Command line': [
+        Use(f'ddpsafe-{c}', sym=f'ddpsafe_{c}', at=f'cli: `ddpsafe-{c}`') for c in ('ls', 'verify', 'status', 'export')] + [
+        Use('ddpsafe-demo', sym='ddpsafe_demo', at='cli: `ddpsafe-demo`')],
+}
+
+class Ref(NamedTuple):
+    "Where a public name's entry is (`page`, `anchor`) and its one-line description"
+    name: str
+    page: str
+    anchor: str
+    doc: str
+    def link(self) -> str: return f"[{', '.join(f'`{n}`' for n in self.name.split(', '))}]({self.page}.md#{self.anchor})"
+
+def _first_line(obj) -> str: return (inspect.getdoc(obj) or '').split('\n')[0]
+
+def modidx_syms() -> dict:
+    "Every documented name of the library by its qualified name (`Learner.save`): `[(module, page, anchor)]`"
+    from nbdev.config import get_config
+    lib = get_config().lib_path.name
+    res = {}
+    for mod, syms in importlib.import_module(f'{lib}._modidx').d['syms'].items():
+        for k, (url, _) in syms.items():
+            page, _, anchor = url.partition('#')
+            res.setdefault(k[len(mod) + 1:], []).append((mod, re.sub(r'\.html$', '', page), anchor))
+    return res
+
+def lookup(qual:str, syms:dict):
+    "The object `qual` (`Learner.save`) names, from the first module `_modidx.py` lists it under; None if none"
+    for mod, _, _ in syms.get(qual, []):
+        obj = importlib.import_module(mod)
+        try:
+            for part in qual.split('.'): obj = getattr(obj, part)
+            return obj
+        except AttributeError: continue
+    return None
+
+def heading_ids(md:str) -> list[tuple[str, str]]:
+    "Each heading of a page's markdown (code blocks skipped) as (its text, its anchor), as MkDocs' toc will make them"
+    res, fence, seen = [], None, {}
+    for line in md.splitlines():
+        if m := re.match(r'^\s*(`{3,}|~{3,})', line):
+            if fence is None: fence = m.group(1)
+            elif m.group(1).startswith(fence): fence = None
+            continue
+        if fence is not None or not (m := re.match(r'^#{1,6}\s+(.*?)\s*$', line)): continue
+        text, attrs = re.match(r'^(.*?)\s*(\{[^}]*\})?$', m.group(1)).groups()
+        if attrs and (i := re.search(r'#([^\s}]+)', attrs)): res.append((text, i.group(1))); continue
+        plain = re.sub(r'\[([^\]]*)\]\([^)]*\)', r'\1', text).replace('`', '').replace('\\', '')
+        slug = nb_slugify(html.unescape(plain))
+        n = seen.get(slug, 0); seen[slug] = n + 1
+        res.append((text, slug if n == 0 else f'{slug}_{n}'))
+    return res
+
+def entry_of(use:Use, qual:str, syms:dict, mds:dict) -> tuple[str, str]:
+    "(page, anchor) of `use`'s entry in the reference; DocsError when there is none"
+    if use.at:
+        page, _, head = use.at.partition(': ')
+        hit = next((a for t, a in heading_ids(mds.get(page, '')) if head in t), None)
+        if hit is None: raise DocsError(f'API index: {use.name}: page {page!r} has no heading with {head!r} (tools/docs.py API_GROUPS)')
+        return page, hit
+    for _, page, anchor in syms.get(qual, []):
+        ids = {a for _, a in heading_ids(mds.get(page, ''))}
+        for a in (anchor, qual.split('.')[-1].lower()):   # nbdev's anchor, else the entry's own name (`fsdp_ctx`)
+            if a in ids: return page, a
+    raise DocsError(f'API index: {use.name} has no entry in the reference ({qual}: not in _modidx.py, or its page has '
+                    f'no such heading); rename it in tools/docs.py API_GROUPS')
+
+def resolve(use:Use, syms:dict, mds:dict) -> Ref:
+    "Where `use`'s entry is and what it does in one line; DocsError when the reference has no such entry"
+    qual = use.sym or use.name
+    page, anchor = entry_of(use, qual, syms, mds)
+    obj = lookup(qual, syms)
+    doc = use.doc or (_first_line(obj) if obj is not None else '')
+    if not doc: raise DocsError(f'API index: {use.name}: no docstring found for {qual} and no `doc` given (tools/docs.py API_GROUPS)')
+    return Ref(use.name, page, anchor, doc)
+
+def public_refs(mds:dict) -> dict[str, list[Ref]]:
+    "`API_GROUPS` resolved: for each group, its names with their entries"
+    syms = modidx_syms()
+    return {g: [resolve(u, syms, mds) for u in uses] for g, uses in API_GROUPS.items()}
+
 def _value_line(n:str, obj) -> str:
     "A constant as `n = value` when its repr is short and stable, else its type"
     r = repr(obj)
     return f'`{n} = {r}`' if isinstance(obj, (bool, int, float, str)) and len(r) <= 60 else f'a `{type(obj).__name__}`'
 
-def api_index(pages:dict) -> str:
-    "The API index: every name of `<lib>.all`, what it does in one line, and where its entry is"
+def home_module(n:str, lib:str) -> str:
+    "The first module of `lib` (in `_modidx.py`'s order) that exports `n`"
+    mods = importlib.import_module(f'{lib}._modidx').d['syms']
+    return next((k for k in mods if n in getattr(importlib.import_module(k), '__all__', ())), lib)
+
+def other_names(public:set) -> dict[str, list[tuple[str, str, str, str]]]:
+    "Every other name of `<lib>.all` and every fastai method the library patches, by module: (name, page, anchor, doc)"
     from nbdev.config import get_config
     lib = get_config().lib_path.name
-    syms, m = importlib.import_module(f'{lib}._modidx').d['syms'], importlib.import_module(f'{lib}.all')
-    rows = ['| Name | What it does |', '|---|---|']
+    m, syms = importlib.import_module(f'{lib}.all'), modidx_syms()
+    res = {}
+    def add(mod, n, page, anchor, doc):
+        if n not in public: res.setdefault(mod, []).append((n, page, anchor, doc))
     for n in m.__all__:
         obj = getattr(m, n)
-        mod = getattr(obj, '__module__', None) if callable(obj) else next((k for k in syms if f'{k}.{n}' in syms[k]), None)
-        page, _, anchor = (syms.get(mod or '', {}).get(f'{mod}.{n}') or ('',))[0].partition('#')
-        page = re.sub(r'\.html$', '', page)
-        doc = (inspect.getdoc(obj) or '').split('\n')[0] if callable(obj) else _value_line(n, obj)
-        rows.append(f'| [`{n}`]({page}.md#{anchor}) | {_cell(doc)} |' if page in pages else f'| `{n}` | {_cell(doc)} |')
-    return f'# API index\n\nEvery public name of `{lib}.all`, with a link to its entry in the API reference.\n{{ .nb-description }}\n\n' + '\n'.join(rows) + '\n'
+        mod, page, anchor = next(iter(syms.get(n, [])), (home_module(n, lib), '', ''))
+        add(mod, n, page, anchor, _first_line(obj) if callable(obj) else _value_line(n, obj))
+    for qual, locs in syms.items():   # methods patched onto fastai's classes: `Learner.fit`, `TrackerCallback.after_epoch`
+        cls, _, meth = qual.rpartition('.')
+        if not cls or '.' in cls or cls in syms or meth.startswith('_') and not meth.startswith('__'): continue
+        mod, page, anchor = locs[0]
+        add(mod, qual, page, anchor, _first_line(lookup(qual, syms)))
+    return res
+
+def api_table(rows:list[tuple[str, str]]) -> str:
+    "A table of names and one-liners, in a `div.api-table` (CSS: names unbroken; on a phone, each name above its line)"
+    body = '\n'.join(f'| {n} | {_cell(d)} |' for n, d in rows)
+    return f'<div class="api-table" markdown="1">\n\n| Name | What it does |\n|---|---|\n{body}\n\n</div>'
+
+def api_index(mds:dict, refs:dict, titles:dict) -> str:
+    "The API index: the public names by task, one line each; below a break, every other name by module, collapsed"
+    from nbdev.config import get_config
+    lib = get_config().lib_path.name
+    out = ['# API index', f'What `{lib}` offers, by what you want to do: each name links to its entry in the reference.\n'
+           '{ .nb-description }']
+    for group, rs in refs.items():
+        out += [f'## {group}', api_table([(r.link(), r.doc) for r in rs])]
+    others = other_names({r.name for rs in refs.values() for r in rs})
+    out += ['---', '## Everything else, for contributors', f'The rest of `{lib}.all` and the fastai methods `{lib}` patches: '
+            f'internals, documented for contributors. You need none of them to use `{lib}`.',
+            f'??? abstract contributors "{sum(map(len, others.values()))} names, by module"']
+    for mod, rows in others.items():
+        page = next((p for _, p, _, _ in rows if p), '')
+        head = f'**`{mod}`**' + (f' · [{titles[page]}]({page}.md)' if page in titles else '')
+        table = api_table([(f'[`{n}`]({p}.md#{a})' if p in titles else f'`{n}`', d) for n, p, a, d in rows])
+        out.append('\n'.join('    ' + l for l in f'{head}\n\n{table}'.splitlines()))
+    return '\n\n'.join(out) + '\n'
+
+# ---------------------------------------------------------------------------------------------- user-facing first
+def use_box(page:str, refs:dict) -> str:
+    "The 'Use from this page' box of `page`: its public names, linked, one line each; '' when it has none"
+    rs = [r for rs in refs.values() for r in rs if r.page == page]
+    if not rs: return ''
+    return '!!! abstract use-box "Use from this page"\n\n' + '\n'.join(f'    - {r.link()}: {r.doc}' for r in rs)
+
+INTERNALS_NOTE = ('!!! abstract contributors "Internals"\n\n    The entries on this page are internals, documented for '
+                  'contributors: what you call is in the [API index](api.md).')
+
+def after_description(md:str, block:str) -> str:
+    "`md` with `block` right after its title and description"
+    m = re.search(r'^\{ \.nb-description \}$', md, re.M) or re.search(r'^# .*$', md, re.M)
+    return md[:m.end()] + '\n\n' + block + '\n' + md[m.end():] if m else block + '\n\n' + md
+
+def mark_internal(md:str, public:set) -> str:
+    "Each `show_doc` heading whose name is not public (nor a method of a public class) gets the class `sd-internal`"
+    def f(m):
+        a = nb_slugify(m.group(2).replace('\\', ''))
+        pub = a in public or a.rpartition('.')[0] in public
+        return m.group(0) if pub else f'{m.group(1)} {{ .nb-sd .sd-internal }}'
+    return re.sub(r'^(#{1,6} (\S+)) \{ \.nb-sd \}$', f, md, flags=re.M)
+
+def user_first(name:str, md:str, refs:dict) -> str:
+    "A module page as readers need it: its public names in a box first, its other entries marked internal"
+    if '.nb-sd }' not in md: return md
+    public = {r.anchor for rs in refs.values() for r in rs if r.page == name}
+    return mark_internal(after_description(md, use_box(name, refs) or INTERNALS_NOTE), public)
 
 # ---------------------------------------------------------------------------------------------- build
 def write_pages(cache:Path) -> dict:
@@ -311,8 +522,10 @@ def write_pages(cache:Path) -> dict:
     static = {f.stem: frontmatter(f.read_text(encoding='utf-8'))[0] for f in sorted(STATIC.glob('*.md'))}   # docs_src/ pages
     titles = {p.name: p.title for p in pages} | {'api': 'API index'} | {n: fm.get('title', n) for n, fm in static.items()}
     link = Linker(titles, {p.nb_path.name: p.name for p in pages})
-    mds = {p.name: p.markdown(link) for p in pages} | {'api': api_index(titles)}
-    ids = {n: set(re.findall(r'\{ #([^\s}]+)[ }]', m)) for n, m in mds.items()}
+    mds = {p.name: p.markdown(link) for p in pages}
+    refs = public_refs(mds)
+    mds = {n: user_first(n, md, refs) for n, md in mds.items()} | {'api': api_index(mds, refs, titles)}
+    ids = {n: {a for _, a in heading_ids(m)} for n, m in mds.items()}
     for name, md in mds.items(): (MD/f'{name}.md').write_text(fix_anchors(md, ids), encoding='utf-8')
     for f in cache.rglob('*'):   # images and other files the notebooks refer to (nbdev copied them from nbs/)
         rel = f.relative_to(cache)
@@ -326,10 +539,45 @@ def write_pages(cache:Path) -> dict:
     for n, fm in static.items(): nav.setdefault(fm.get('section', DEFAULT_SECTION), []).append({titles[n]: f'{n}.md'})
     return {'Home': 'index.md'} | {s: ps for s, ps in nav.items() if ps}
 
+# ---------------------------------------------------------------------------------------------- MkDocs hooks
+# MkDocs loads this file as a hook module too (`hooks:` in the generated config): it calls these on each page's HTML.
+_line = re.compile(r'<span id="__span-[\d-]+"')
+_heading = re.compile(r'<(h[1-6])\b[^>]*>(.*?)</\1>', re.S)
+_broken = re.compile(r'\*\*|\{\s*#|\.nb-sd\b')
+
+def hanging_indent(page_html:str) -> str:
+    "Each code line (pymdownx's `line_spans`) gets `--i`, its own indent in characters: the CSS wraps it under itself + 4"
+    def f(m):
+        lead = re.match(r'>(?:<span[^>]*>)*([ \t]*)', page_html[m.end():m.end() + 400])
+        n = len(lead.group(1).expandtabs(4)) if lead else 0
+        return m.group(0) + (f' style="--i:{n}"' if n else '')
+    return _line.sub(f, page_html)
+
+def broken_headings(page_html:str) -> list[str]:
+    "Headings whose visible text shows markdown that did not render (`**call**`, `{ #anchor .nb-sd }`)"
+    res = []
+    for m in _heading.finditer(page_html):
+        text = html.unescape(re.sub(r'<[^>]+>', '', re.sub(r'<code>.*?</code>', '', m.group(2), flags=re.S)))   # code may show `**`
+        if _broken.search(text): res.append(text.strip())
+    return res
+
+def on_config(config):
+    "MkDocs hook: headings get their anchors from `nb_slugify`"
+    config['mdx_configs'].setdefault('toc', {})['slugify'] = nb_slugify
+    return config
+
+def on_page_content(page_html, page, config, files):
+    "MkDocs hook: code lines wrap under their own indent; the build fails on a heading that did not render"
+    if bad := broken_headings(page_html):
+        from mkdocs.exceptions import PluginError
+        raise PluginError(f'{page.file.src_uri}: headings that did not render: {bad}')
+    return hanging_indent(page_html)
+
 def write_config(nav:dict) -> Path:
-    "`_docs_build/mkdocs.yml`: the root `mkdocs.yml` plus the nav"
+    "`_docs_build/mkdocs.yml`: the root `mkdocs.yml` plus the nav, and this file as MkDocs hooks (`on_config`, `on_page_content`)"
     import yaml
-    cfg = {'INHERIT': '../mkdocs.yml', 'docs_dir': 'md', 'site_dir': '../docs', 'nav': [{k: v} for k, v in nav.items()]}
+    cfg = {'INHERIT': '../mkdocs.yml', 'docs_dir': 'md', 'site_dir': '../docs', 'hooks': [str(Path(__file__).resolve())],
+           'nav': [{k: v} for k, v in nav.items()]}
     p = BUILD/'mkdocs.yml'
     p.write_text('# Generated by tools/docs.py: edit ../mkdocs.yml instead\n' + yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
     return p
