@@ -19,7 +19,7 @@ from fastai.callback.core import Callback, CancelFitException
 import ddpsafe
 from .core import *
 from .io import prepare_dir
-from .commit import is_url, as_path
+from .commit import storage_for, as_path
 from .manifest import *
 from .preempt import StopRequests, REQUEUE_EXIT_CODE, POLL_SECONDS
 from .snapshot import StateBuffers, AsyncWriter
@@ -82,9 +82,10 @@ def __call__(self:CheckpointCallback, event_name):
 def before_fit(self:CheckpointCallback):
     "Claim the folder, start this fit's helpers, resume"
     run = run_state(self.learn)
-    self.root = as_path(self.path, self.storage_options) if is_url(self.path) else prepare_dir(Path(self.learn.path)/self.path)
+    self.storage = storage_for(self.path, self.storage_options)    # chosen once: a local folder or object storage
+    self.root = prepare_dir(self.storage.resolve(self.path, self.learn.path))   # a relative `path` is relative to `learn.path`
     self.local_root = prepare_dir(Path(self.learn.path)/self.local) if self.local else None
-    if self.local_root is not None and not is_url(self.root) and self.local_root.resolve() == self.root.resolve():
+    if self.local_root is not None and self.storage.local and self.local_root.resolve() == self.root.resolve():
         raise ValueError(f'{self.local_root}: `local` and `path` are the same folder; `local` is a second, faster one')
     self.fit_dls = self.learn.dls
     at_fit_end(self.learn, self._close)
@@ -93,8 +94,8 @@ def before_fit(self:CheckpointCallback):
     self.fit_idx, run.fits = run.fits, run.fits + 1
     self.steps_before, self.fit_steps, self.setup = run.steps, 0, setup_signature(self.learn)
     self.parts = TrainingState(self.learn, self.extra)
-    here = self.local_root or self.root    # a relative `path` is relative to `learn.path`: say where that is, in full
-    where = f'ddpsafe: checkpoints in {here if is_url(here) else Path(here).absolute()}' + (f', uploaded to {self.root}' if self.local else '')
+    here = self.local_root.absolute() if self.local_root is not None else self.storage.absolute(self.root)   # where that is, in full
+    where = f'ddpsafe: checkpoints in {here}' + (f', uploaded to {self.root}' if self.local else '')
     if is_main() and where not in run.said: run.said.add(where); print(where)
     if is_main() and (note := late_callbacks_note(self.parts, self.order)) and note not in run.said: run.said.add(note); print(note)
     if is_main() and (note := loader_note(self.dls.train)) and note not in run.said: run.said.add(note); print(note)
@@ -102,7 +103,7 @@ def before_fit(self:CheckpointCallback):
     self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(_NOT_ASKED), False, False, False
     self.last_save, self.timer_raised, self.saved_stop = time.monotonic(), False, False
     self.writer, self.state_buffers = (AsyncWriter(), StateBuffers()) if self.async_save else (None, None)
-    self.sharded_save = is_sharded(self.model) and not is_url(self.root)   # each rank writes its own shards
+    self.sharded_save = is_sharded(self.model) and self.storage.local   # each rank writes its own shards, as local files
     if self.sharded_save and (blind := ranks_not_seeing(self.local_root or self.root)):
         self.sharded_save = False
         if is_main(): print(f'ddpsafe: rank{"s"*(len(blind)>1)} {", ".join(map(str, blind))} {"do" if len(blind)>1 else "does"} not see {self.local_root or self.root}: '

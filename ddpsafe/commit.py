@@ -12,12 +12,13 @@ from pathlib import Path
 import xxhash
 
 # %% auto #0
-__all__ = ['UPLOAD_ATTEMPTS', 'UPLOAD_BACKOFF', 'is_url', 'as_path', 'fsync_path', 'errno_of', 'temp_path', 'temporary_of',
-           'discard', 'committing', 'file_digest', 'HashingFile', 'FileWriter', 'write_file', 'commit_file',
-           'temporaries', 'clean_temporaries']
+__all__ = ['UPLOAD_ATTEMPTS', 'UPLOAD_BACKOFF', 'UPLOAD_THREADS', 'is_url', 'LocalStorage', 'ObjectStorage', 'storage_for',
+           'as_path', 'fsync_path', 'errno_of', 'temp_path', 'temporary_of', 'discard', 'committing', 'file_digest',
+           'HashingFile', 'FileWriter', 'write_file', 'commit_file', 'temporaries', 'clean_temporaries']
 
 # %% ../nbs/01a_commit.ipynb #9b0d75ef
 _LOCAL = ('', 'file', 'local')
+_KEPT = 'the file that was there, if any, is unchanged'
 
 def is_url(p # A path, a string, or a `UPath`
           ) -> bool:
@@ -25,24 +26,109 @@ def is_url(p # A path, a string, or a `UPath`
     if (proto := getattr(p, 'protocol', None)) is not None: return proto not in _LOCAL
     return isinstance(p, str) and (m := re.match(r'([a-zA-Z][\w+.-]*)://', p)) is not None and m[1] not in _LOCAL
 
+class LocalStorage:
+    "A folder of this machine's filesystem: rename, fsync, exclusive create"
+    local = True             # paths are this machine's files: `open`, torch and DCP write them; each rank can check its own copy
+    renames = True           # a folder is renamed in one step
+    exclusive_create = True  # a file can be created only where none is (`O_EXCL`): owner records
+    cheap_listing = True     # listing a folder is a system call, not a request over the network
+    writers = 1              # a checkpoint's files written side by side: one disk, one writer (a second thread flushes)
+    def __repr__(self): return f'{type(self).__name__}()'
+    def path(self, p) -> Path:
+        "`p` as a `Path` (a `file://` URL too)"
+        if isinstance(p, str) and p.startswith('file://'): p = p[len('file://'):]
+        return Path(p)
+    def resolve(self, p, base=None) -> Path:
+        "`p`, relative to `base` unless it is absolute"
+        p = self.path(p)
+        return p if base is None or p.is_absolute() else Path(base)/p
+    def absolute(self, p) -> Path: return self.path(p).absolute()
+    def make_dir(self, p): self.path(p).mkdir(parents=True, exist_ok=True)
+    def names(self, folder) -> set: return set(os.listdir(folder))
+    def sizes(self, folder) -> dict:
+        "File name -> size, for the files in `folder`"
+        folder = self.path(folder)
+        return {f.name: f.stat().st_size for f in folder.iterdir() if f.is_file()} if folder.is_dir() else {}
+    def folders(self, root) -> list:
+        "The folders in `root`, by name"
+        root = self.path(root)
+        return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    def open(self, path): return open(path, 'rb', buffering=0)
+    # the commit protocol, each step explained in its section below
+    def fsync(self, path): _fsync(path)
+    def write(self, path, writer, digest:bool=True): return _write_local(self.path(path), writer, digest)
+    def committing(self, final, folder=False, what=None, kept=_KEPT, marker=None): return _committing_local(self.path(final), folder, what, kept)
+    def discard(self, path, marker=None): _discard_local(self.path(path))
+    def remove(self, path): _remove(self.path(path))
+    def temporaries(self, folder, final=None) -> list: return _temporaries(self.path(folder), final)
+    def unfinished(self, root, final=None, marker=None) -> list: return [p for p, _ in self.temporaries(root, final)]
+
+# %% ../nbs/01a_commit.ipynb #80d50ab8
+class ObjectStorage:
+    "An fsspec filesystem (S3...) through `UPath`: one object is written whole or not at all; no rename, no fsync"
+    local = renames = exclusive_create = cheap_listing = False
+    def __init__(self, storage_options:dict|None=None): self.storage_options = storage_options or {}   # passed to fsspec for a URL given as a string
+    def __repr__(self): return f'{type(self).__name__}({", ".join(self.storage_options)})'
+    @property
+    def writers(self) -> int: return UPLOAD_THREADS   # uploads side by side: one file's upload overlaps another's serializing
+    def path(self, p):
+        "`p` as a `UPath`"
+        if not isinstance(p, str): return p
+        try: from upath import UPath
+        except ImportError: raise ImportError(f'{p}: checkpoints on object storage need fsspec and universal_pathlib: pip install "ddpsafe[s3]"') from None
+        return UPath(p, **self.storage_options)
+    def resolve(self, p, base=None): return self.path(p)    # a URL is never relative
+    def absolute(self, p): return self.path(p)
+    def make_dir(self, p): pass                              # no folders: a prefix exists once an object is under it
+    def names(self, folder) -> set: return {p.name for p in self.path(folder).iterdir()}
+    def sizes(self, folder) -> dict:
+        "File name -> size, for the files in `folder`: one listing"
+        folder = self.path(folder)
+        try: return {d['name'].rsplit('/', 1)[-1]: d['size'] for d in folder.fs.ls(folder.path, detail=True, refresh=True) if d['type'] == 'file'}
+        except FileNotFoundError: return {}
+    def folders(self, root) -> list:
+        "The folders in `root` that hold at least one object, by name: one listing of everything under `root`"
+        root = self.path(root)
+        try: names = root.fs.find(root.path, refresh=True)     # no `maxdepth`: one listing request, not one per folder
+        except FileNotFoundError: return []
+        rel = (n[len(root.path):].strip('/') for n in names)
+        return [root/f for f in sorted({r.split('/')[0] for r in rel if '/' in r})]
+    def open(self, path): return self.path(path).open('rb')
+    # the commit protocol, explained in the last section
+    def fsync(self, path): pass                              # an upload is durable once it returns
+    def write(self, path, writer, digest:bool=True): return _upload(self.path(path), writer, digest)
+    def committing(self, final, folder=False, what=None, kept=_KEPT, marker=None): return _committing_remote(self.path(final), folder, what, kept, marker)
+    def discard(self, path, marker=None): _discard_remote(self.path(path), marker)
+    def remove(self, path): _remove_remote(self.path(path))
+    def temporaries(self, folder, final=None) -> list: return []   # nothing is written under another name
+    def unfinished(self, root, final=None, marker=None) -> list:
+        "The folders in `root` whose `marker` never came"
+        return [p for p in self.folders(root) if (final is None or final(p.name)) and not (marker and (p/marker).exists())]
+
+_LOCAL_STORAGE = LocalStorage()
+
+def storage_for(p,                             # A local path, a URL, or a `Path`/`UPath`
+                storage_options:dict|None=None # For a URL: passed to fsspec (`key`, `secret`, `endpoint_url`...)
+               ):
+    "The storage `p` is on: the one place that tells a URL from a local path"
+    return ObjectStorage(storage_options) if is_url(p) else _LOCAL_STORAGE
+
 def as_path(p,                          # A local path, a URL, or a `Path`/`UPath`
             storage_options:dict|None=None # For a URL: passed to fsspec (`key`, `secret`, `endpoint_url`...)
            ):
     "`p` as a `Path`, or a URL as a `UPath`"
-    if isinstance(p, str) and p.startswith('file://'): p = p[len('file://'):]
-    if not is_url(p): return Path(p)
-    if not isinstance(p, str): return p
-    try: from upath import UPath
-    except ImportError: raise ImportError(f'{p}: checkpoints on object storage need fsspec and universal_pathlib: pip install "ddpsafe[s3]"') from None
-    return UPath(p, **(storage_options or {}))
+    return storage_for(p, storage_options).path(p)
 
 # %% ../nbs/01a_commit.ipynb #1750f0ab
-def fsync_path(path:Path|str):
-    "Flush the file or folder at `path` to disk"
-    if is_url(path): return           # object storage: an upload is durable once it returns
+def _fsync(path:Path|str):
+    "Flush the local file or folder at `path` to disk"
     fd = os.open(path, os.O_RDONLY)
     try: os.fsync(fd)
     finally: os.close(fd)
+
+def fsync_path(path:Path|str):
+    "Flush the file or folder at `path` to disk (on object storage, nothing to do)"
+    storage_for(path).fsync(path)
 
 # %% ../nbs/01a_commit.ipynb #f2126d1e
 def errno_of(e:BaseException) -> int|None:
@@ -70,39 +156,37 @@ def temporary_of(path:Path|str) -> tuple|None:
 
 # %% ../nbs/01a_commit.ipynb #57b11190
 def _remove(path:Path):
-    "Delete the file or folder at `path`, ignoring errors"
-    if is_url(path):
-        with contextlib.suppress(Exception): path.fs.rm(path.path, recursive=True)
-        return
+    "Delete the local file or folder at `path`, ignoring errors"
     with contextlib.suppress(OSError):
         if path.is_dir() and not path.is_symlink(): shutil.rmtree(path, ignore_errors=True)
         else: path.unlink(missing_ok=True)
 
 def _sync_tree(path:Path):
     "fsync `path` and everything under it, children first"
-    if not path.is_dir(): return fsync_path(path)
+    if not path.is_dir(): return _fsync(path)
     for d, _, names in os.walk(path, topdown=False):
-        for n in names: fsync_path(os.path.join(d, n))
-        fsync_path(d)
+        for n in names: _fsync(os.path.join(d, n))
+        _fsync(d)
 
-def discard(path:Path|str,
-            marker:str|None=None): # Object storage: the file in folder `path` that makes it count, deleted first
-    "Delete `path` in one step: rename aside, then remove"
-    if is_url(path): return _discard_remote(as_path(path), marker)
+def _discard_local(path:Path):
+    "Rename aside, then remove: the name is gone in one step"
     aside = temp_path(path, 'old')
     os.replace(path, aside)
     _remove(aside)
 
+def discard(path:Path|str,
+            marker:str|None=None): # Object storage: the file in folder `path` that makes it count, deleted first
+    "Delete `path` in one step: rename aside, then remove"
+    storage_for(path).discard(path, marker)
+
 def committing(final:Path|str,      # The file or folder to put in place
                folder:bool=False,   # The temporary is a folder (created empty) instead of a file path
                what:str|None=None,  # How an error names the target (default: its path)
-               kept:str='the file that was there, if any, is unchanged', # What an error says is left as it was
+               kept:str=_KEPT,      # What an error says is left as it was
                marker:str|None=None # Object storage: the file the block writes last into the folder, which makes it count
               ):
     "A temporary beside `final` to write at, committed on exit"
-    final = as_path(final)
-    if is_url(final): return _committing_remote(final, folder, what, kept, marker)
-    return _committing_local(final, folder, what, kept)
+    return storage_for(final).committing(final, folder, what, kept, marker)
 
 @contextmanager
 def _committing_local(final:Path, folder:bool, what:str|None, kept:str):
@@ -111,20 +195,20 @@ def _committing_local(final:Path, folder:bool, what:str|None, kept:str):
         if folder: tmp.mkdir()
         yield tmp
         _sync_tree(tmp)
-        if folder and final.exists(): discard(final)
+        if folder and final.exists(): _discard_local(final)
         os.replace(tmp, final)
     except BaseException as e:
         _remove(tmp)
         if (code := errno_of(e)) is None: raise
         raise OSError(code, f'could not write {what or final}: {os.strerror(code)}; {kept}') from e
-    fsync_path(final.parent)
+    _fsync(final.parent)
 
 # %% ../nbs/01a_commit.ipynb #87d16095
 def file_digest(path:Path|str, chunk:int=1<<22) -> str:
     "The xxh3-64 checksum of `path`, in hex"
     h, buf = xxhash.xxh3_64(), bytearray(chunk)
     view = memoryview(buf)
-    with (as_path(path).open('rb') if is_url(path) else open(path, 'rb', buffering=0)) as f:
+    with storage_for(path).open(path) as f:
         while n := f.readinto(buf): h.update(view[:n])
     return h.hexdigest()
 
@@ -150,9 +234,11 @@ def write_file(path:Path|str,     # Where to write
                digest:bool=True   # Return the file's size and checksum?
               ) -> dict|None:
     "Write `path` with `writer`; with `digest`, its size and xxh3"
-    path = as_path(path)
     if isinstance(writer, (bytes, bytearray, memoryview)): writer = FileWriter(lambda f, data=writer: f.write(data))
-    if is_url(path): return _upload(path, writer, digest)
+    return storage_for(path).write(path, writer, digest)
+
+def _write_local(path:Path, writer, digest:bool) -> dict|None:
+    "Write the local file `path`: a function writes it itself, a `FileWriter` through a `HashingFile`"
     if not isinstance(writer, FileWriter):
         writer(path)
         return dict(size=path.stat().st_size, xxh3=file_digest(path)) if digest else None
@@ -171,39 +257,48 @@ def commit_file(path:Path|str, # Where the file goes
     return path
 
 # %% ../nbs/01a_commit.ipynb #bf872ae5
+def _temporaries(folder:Path, final=None) -> list:
+    "Leftover temporaries in the local `folder`"
+    if not folder.is_dir(): return []
+    return [(p, t[1]) for p in sorted(folder.iterdir()) if (t := temporary_of(p)) and (final is None or final(t[0]))]
+
 def temporaries(folder:Path|str, # The folder to look in
                 final=None       # Keep only leftovers whose final name `final(name)` accepts (default: all)
                ) -> list:
-    "Leftover temporaries in `folder`, as (path, 'tmp' or 'old')"
-    folder = as_path(folder)
-    if is_url(folder) or not folder.is_dir(): return []     # object storage: nothing is written under another name
-    return [(p, t[1]) for p in sorted(folder.iterdir()) if (t := temporary_of(p)) and (final is None or final(t[0]))]
+    "Leftover temporaries in `folder`, as (path, 'tmp' or 'old'); none on object storage"
+    return storage_for(folder).temporaries(folder, final)
 
 def clean_temporaries(folder:Path|str, final=None) -> list:
     "Remove what `temporaries` lists; the removed paths"
-    stale = [p for p, _ in temporaries(folder, final)]
-    for p in stale: _remove(p)
+    storage = storage_for(folder)
+    stale = [p for p, _ in storage.temporaries(folder, final)]
+    for p in stale: storage.remove(p)
     return stale
 
 # %% ../nbs/01a_commit.ipynb #a006680c
 UPLOAD_ATTEMPTS, UPLOAD_BACKOFF = 3, 1.   # whole-file attempts (each request also has fsspec's retries); first pause, in seconds
+UPLOAD_THREADS = 4                        # a checkpoint's files uploaded side by side
 
 @contextmanager
 def _committing_remote(final, folder:bool, what:str|None, kept:str, marker:str|None):
     "Object storage: written in place; a folder counts once the block writes its `marker`, last"
     try:
-        if folder and final.exists(): discard(final, marker)
+        if folder and final.exists(): _discard_remote(final, marker)
         yield final
     except Exception as e:
-        if folder: _remove(final)
+        if folder: _remove_remote(final)
         if (code := errno_of(e)) is None and not isinstance(e, OSError): raise     # not a storage error: as it was raised
         raise OSError(code or (errno.EACCES if isinstance(e, PermissionError) else errno.EIO), f'could not write {what or final}: {e}; {kept}') from e
+
+def _remove_remote(path):
+    "Delete everything under `path`, ignoring errors"
+    with contextlib.suppress(Exception): path.fs.rm(path.path, recursive=True)
 
 def _discard_remote(path, marker:str|None):
     "The marker first: from then on the folder does not count, whatever happens to the rest"
     if marker:
         with contextlib.suppress(FileNotFoundError): (path/marker).unlink()
-    _remove(path)
+    _remove_remote(path)
 
 # %% ../nbs/01a_commit.ipynb #97192572
 def _abort(f):

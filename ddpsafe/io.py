@@ -12,7 +12,7 @@ import torch, xxhash
 import safetensors.torch as st
 from .core import *
 from .core import _portable
-from .commit import fsync_path, errno_of, commit_file, FileWriter, file_digest, is_url, as_path
+from .commit import fsync_path, errno_of, commit_file, FileWriter, file_digest, storage_for, as_path
 _all_ = ['fsync_path', 'errno_of', 'commit_file', 'FileWriter']
 
 # %% auto #0
@@ -134,8 +134,8 @@ def collective_read(path:Path|str,    # The file to read
                     expect:dict|None=None # The file's `size`, and `xxh3` unless this rank has checked it: each rank's own file is parsed when all match
                    ):
     "`parse` of rank 0's bytes of `path`, on every rank"
-    path = as_path(path)
-    if is_url(path):                                 # object storage: every rank downloads, rank 0's bytes win
+    storage = storage_for(path); path = storage.path(path)
+    if not storage.local:                            # object storage: every rank downloads, rank 0's bytes win
         data = _same_bytes(path)
         if expect is not None and any_rank(not _fits(data, expect)):
             raise CorruptFileError(f'{path}: the bytes read do not match the manifest (size {expect["size"]}); the object changed after it was checked')
@@ -166,8 +166,8 @@ def prepare_dir(path:Path|str,         # The folder
                 overwrite:bool=False   # Remove it and everything in it first?
                ) -> Path:
     "Create `path` on rank 0; every rank waits for it"
-    path = as_path(path)
-    if is_url(path): return path           # object storage has no folders to make
+    storage = storage_for(path); path = storage.path(path)
+    if not storage.local: return path      # object storage has no folders to make
     on_main(_make_dir, path, overwrite)
     if not path.is_dir(): path.mkdir(parents=True, exist_ok=True)
     return path

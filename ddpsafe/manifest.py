@@ -9,14 +9,14 @@ from __future__ import annotations
 import re, json, time, errno
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from .commit import is_url, as_path, committing, write_file, fsync_path, file_digest, discard, temporaries, clean_temporaries
-_all_ = ['file_digest']
+from .commit import storage_for, as_path, committing, write_file, fsync_path, file_digest, discard, temporaries, clean_temporaries, UPLOAD_THREADS
+_all_ = ['file_digest', 'UPLOAD_THREADS']
 
 # %% auto #0
-__all__ = ['FORMAT', 'MANIFEST', 'SHARD_INDEX', 'UPLOAD_THREADS', 'REQUEUE_EXIT_CODE', 'STOPPED_EXIT_CODE', 'checkpoint_name',
-           'checkpoint_step', 'uncompiled_key', 'plain_key', 'checkpoint_folder', 'fill_checkpoint', 'write_checkpoint',
+__all__ = ['FORMAT', 'MANIFEST', 'SHARD_INDEX', 'REQUEUE_EXIT_CODE', 'STOPPED_EXIT_CODE', 'checkpoint_name', 'checkpoint_step',
+           'uncompiled_key', 'plain_key', 'checkpoint_folder', 'fill_checkpoint', 'write_checkpoint',
            'CorruptCheckpoint', 'read_manifest', 'check_checkpoint', 'checkpoint_status', 'checkpoints',
-           'newest_complete', 'rotate', 'clean_incomplete', 'file_digest']
+           'newest_complete', 'rotate', 'clean_incomplete', 'file_digest', 'UPLOAD_THREADS']
 
 # %% ../nbs/05_manifest.ipynb #b91605d8
 FORMAT = 'ddpsafe-checkpoint/1'
@@ -47,8 +47,8 @@ def checkpoint_folder(root:Path|str, # The checkpoints folder
                       step:int       # Optimizer steps done: the checkpoint's name
                      ):
     "A temporary folder for checkpoint `step`, renamed into place on exit"
-    root = as_path(root)
-    if not is_url(root): root.mkdir(parents=True, exist_ok=True)
+    storage = storage_for(root)
+    root = storage.path(root); storage.make_dir(root)      # object storage: nothing to make
     final = root/checkpoint_name(step)
     return committing(final, folder=True, what=f'checkpoint {final}', kept='earlier checkpoints are unchanged', marker=MANIFEST)
 
@@ -59,7 +59,7 @@ def fill_checkpoint(folder:Path,   # The temporary folder `checkpoint_folder` ga
                     written:dict|None=None # Files already in `folder` (other ranks' shards): name -> size and xxh3
                    ):
     "Write `files` into `folder`, then the manifest of them and `written`, last"
-    entries = {**(written or {}), **(_upload_files if is_url(folder) else _write_files)(folder, files)}
+    entries = {**(written or {}), **_write_files(folder, files, storage_for(folder).writers)}
     manifest = dict(format=FORMAT, step=step, time=time.time(), **(meta or {}), files=entries)
     write_file(folder/MANIFEST, json.dumps(manifest, indent=1).encode(), digest=False)
 
@@ -72,23 +72,17 @@ def write_checkpoint(root:Path|str,  # The checkpoints folder
     with checkpoint_folder(root, step) as tmp: fill_checkpoint(tmp, step, files, meta)
     return as_path(root)/checkpoint_name(step)
 
-def _write_files(folder:Path, files:dict) -> dict:
-    "Write each file; flush it to disk on a second thread while the next is written"
+def _write_files(folder, files:dict, writers:int) -> dict:
+    "Write the files, `writers` side by side; flush each to disk on another thread while the next is written"
     with ThreadPoolExecutor(1, thread_name_prefix='ddpsafe-flush') as flusher:
-        entries, flushed = {}, []
-        for name, write in files.items():
-            entries[name] = write_file(folder/name, write)
-            flushed.append(flusher.submit(fsync_path, folder/name))
-        for f in flushed: f.result()
-    return entries
-
-UPLOAD_THREADS = 4
-
-def _upload_files(folder, files:dict) -> dict:
-    "Object storage: the files serialized and uploaded side by side, so one file's upload overlaps another's serializing"
-    with ThreadPoolExecutor(min(UPLOAD_THREADS, len(files)) or 1, thread_name_prefix='ddpsafe-upload') as pool:
-        done = {name: pool.submit(write_file, folder/name, write) for name, write in files.items()}
-        return {name: f.result() for name, f in done.items()}
+        def write(name, w): return write_file(folder/name, w), flusher.submit(fsync_path, folder/name)
+        if writers <= 1: done = {name: write(name, w) for name, w in files.items()}
+        else:
+            with ThreadPoolExecutor(min(writers, len(files)) or 1, thread_name_prefix='ddpsafe-upload') as pool:
+                done = {name: pool.submit(write, name, w) for name, w in files.items()}
+                done = {name: f.result() for name, f in done.items()}
+        for _, flushed in done.values(): flushed.result()
+    return {name: entry for name, (entry, _) in done.items()}
 
 # %% ../nbs/05_manifest.ipynb #d8c17c3f
 class CorruptCheckpoint(ValueError):
@@ -108,9 +102,7 @@ def read_manifest(folder:Path|str) -> dict:
 # %% ../nbs/05_manifest.ipynb #4b750c10
 def _sizes(folder) -> dict:
     "File name -> size, for the files in `folder` (one listing on object storage)"
-    if not is_url(folder): return {f.name: f.stat().st_size for f in folder.iterdir() if f.is_file()} if folder.is_dir() else {}
-    try: return {d['name'].rsplit('/', 1)[-1]: d['size'] for d in folder.fs.ls(folder.path, detail=True, refresh=True) if d['type'] == 'file'}
-    except FileNotFoundError: return {}
+    return storage_for(folder).sizes(folder)
 
 def check_checkpoint(folder:Path|str,      # A checkpoint folder
                      checksums:bool=True   # Also compare checksums (reads every file), not only sizes?
@@ -145,18 +137,8 @@ def checkpoint_status(folder:Path|str, checksums:bool=True) -> str:
 
 # %% ../nbs/05_manifest.ipynb #9033a203
 def checkpoints(root:Path|str) -> list:
-    "Folders named as checkpoints in `root`, oldest first"
-    root = as_path(root)
-    if is_url(root): return _remote_checkpoints(root)
-    if not root.is_dir(): return []
-    return sorted((p for p in root.iterdir() if p.is_dir() and checkpoint_step(p) is not None), key=checkpoint_step)
-
-def _remote_checkpoints(root) -> list:
-    "One listing of everything under `root`: the checkpoint folders that hold at least one object"
-    try: names = root.fs.find(root.path, refresh=True)     # no `maxdepth`: one listing request, not one per folder
-    except FileNotFoundError: return []
-    folders = {n[len(root.path):].strip('/').split('/')[0] for n in names if '/' in n[len(root.path):].strip('/')}
-    return sorted((root/f for f in folders if checkpoint_step(f) is not None), key=checkpoint_step)
+    "Folders named as checkpoints in `root`, oldest first (on object storage: one listing)"
+    return sorted((p for p in storage_for(root).folders(root) if checkpoint_step(p) is not None), key=checkpoint_step)
 
 # %% ../nbs/05_manifest.ipynb #07ca1e21
 def newest_complete(root:Path|str,
@@ -189,9 +171,9 @@ def rotate(root:Path|str,   # The checkpoints folder
 
 def clean_incomplete(root:Path|str) -> list:
     "Remove leftovers of unfinished checkpoint saves and removals"
-    if not is_url(root): return clean_temporaries(root, final=checkpoint_step)
-    stale = [p for p in checkpoints(root) if not (p/MANIFEST).exists()]   # object storage: folders whose manifest never came
-    for p in stale: discard(p)
+    storage = storage_for(root)
+    stale = storage.unfinished(root, final=checkpoint_step, marker=MANIFEST)   # temporaries; on object storage, folders whose manifest never came
+    for p in stale: storage.remove(p)
     return stale
 
 # %% ../nbs/05_manifest.ipynb #457743b5

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os, sys, json, time, uuid, errno, socket, atexit, threading
 from pathlib import Path
 from fastcore.basics import patch
-from .commit import temp_path, fsync_path, commit_file, is_url, as_path, errno_of
+from .commit import temp_path, fsync_path, commit_file, storage_for, as_path, errno_of
 
 # %% auto #0
 __all__ = ['OWNER', 'job_id', 'pid_alive', 'FolderInUse', 'describe_owner', 'read_owner', 'takeover_reason', 'FolderClaim',
@@ -85,7 +85,7 @@ def read_owner(root:Path|str,     # A checkpoints folder
                tries:int=5        # Reads of a record that is being written before it counts as unreadable
               ) -> dict|None:
     "The owner record in `root`, `None` when there is none"
-    if is_url(root): return None             # object storage: no owner record (see `claim_folder`)
+    if not storage_for(root).exclusive_create: return None   # object storage: no owner record (see `claim_folder`)
     f = Path(root)/OWNER
     for i in range(tries):
         try: raw = f.read_bytes()
@@ -249,8 +249,9 @@ def claim_folder(root:Path|str,          # The checkpoints folder (created if mi
                  quiet:bool=False        # Do not print the message of a takeover (it stays in `.note`)
                 ) -> FolderClaim:
     "Make this process the owner of `root`; call on rank 0"
-    if is_url(root): return _probe(as_path(root)) or FolderClaim(root, heartbeat, stale_after)   # object storage: no ownership check (inactive claim)
-    root = Path(root); root.mkdir(parents=True, exist_ok=True)
+    storage = storage_for(root)     # a record is claimed by an exclusive create; object storage has none: no ownership check (inactive claim)
+    if not storage.exclusive_create: return _probe(storage.path(root)) or FolderClaim(root, heartbeat, stale_after)
+    root = storage.path(root); storage.make_dir(root)
     key = str(root.resolve())
     with _claims_lock:
         if (c := _claims.get(key)) is not None and c.active and c.lost is None: c._count += 1; return c   # a second fit of this process

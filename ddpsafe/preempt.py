@@ -13,7 +13,7 @@ import torch, torch.distributed as dist
 import ddpsafe
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 from .core import *
-from .commit import is_url, as_path
+from .commit import storage_for, as_path
 
 # %% auto #0
 __all__ = ['POLL_SECONDS', 'REMOTE_SWITCH_SECONDS', 'MAX_STEPS_PER_ROUND', 'WORKER_GRACE_SECONDS', 'WORKER_START_SECONDS',
@@ -36,6 +36,7 @@ class StopRequests:
                  stop_switch:str|None='stop-now', # A file of this name in `folder`: save and stop
                  poll_seconds:float=POLL_SECONDS): # At most this many seconds of steps between two rounds, by rank 0's clock; 0: a round every step
         self.signals,self.folder,self.save_switch,self.stop_switch = tuple(signals or ()),folder,save_switch,stop_switch
+        self.storage = None if folder is None else storage_for(folder)   # the folder's storage: how rank 0 lists it
         self.signalled,self._previous,self._pending,self._stuck,self._listed = None,{},None,set(),float('-inf')
         self.poll_seconds,self.every,self._since,self._timer,self._started = poll_seconds,1,0,False,None
         self._values = torch.zeros(5, dtype=torch.int32)   # a round's values: signal, save switch, stop switch, timer, steps to the next round
@@ -71,13 +72,11 @@ REMOTE_SWITCH_SECONDS = 10.   # on object storage, rank 0 lists the folder at mo
 @patch
 def _names(self:StopRequests) -> set:
     "The names in `folder`: one system call; on object storage, one listing every `REMOTE_SWITCH_SECONDS`"
-    if is_url(self.folder):
+    if not self.storage.cheap_listing:      # a request over the network, paid for: not at every round
         if time.monotonic() - self._listed < REMOTE_SWITCH_SECONDS: return set()
         self._listed = time.monotonic()
-        try: return {p.name for p in as_path(self.folder).iterdir()}
-        except Exception: return set()      # the store is unreachable for now: no switch this time
-    try: return set(os.listdir(self.folder))
-    except OSError: return set()
+    try: return self.storage.names(self.folder)
+    except Exception: return set()          # no folder, or the store is unreachable for now: no switch this time
 
 @patch
 def _switches(self:StopRequests) -> tuple:
@@ -86,7 +85,7 @@ def _switches(self:StopRequests) -> tuple:
     here = self._names()
     def take(name):
         if not name or name not in here: return False
-        p = as_path(self.folder)/name
+        p = self.storage.path(self.folder)/name
         try: p.unlink(); return True
         except FileNotFoundError: return False
         except OSError as e:            # there, but it cannot be removed (a read-only folder): acted on once

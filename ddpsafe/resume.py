@@ -18,7 +18,7 @@ from torch.distributed.fsdp import FSDPModule
 import ddpsafe
 from .core import *
 from .io import safe_load, UnsafePickleError
-from .commit import is_url, as_path
+from .commit import storage_for, as_path
 from .manifest import *
 from .owner import claim_folder
 from .snapshot import StateBuffers
@@ -222,12 +222,12 @@ def chosen_checkpoint(resume,  # A checkpoint's step, or its folder (absolute, o
     "The checkpoint `resume` names, checked, and its manifest; the newer ones renamed aside (rank 0)"
     roots = [as_path(r) for r in roots]
     if isinstance(resume, int): found = [r/checkpoint_name(resume) for r in roots]
-    else: found = [as_path(resume) if is_url(str(resume)) or Path(resume).is_absolute() else Path(base or '.')/resume]
+    else: found = [storage_for(resume).resolve(resume, base or '.')]
     ck = next((p for p in found if p.exists()), None)
     if ck is None: raise FileNotFoundError(errno.ENOENT, f'resume={resume!r}: no such checkpoint ({", ".join(map(str, found))})')
     if problems := check_checkpoint(ck): raise CorruptCheckpoint(f'resume={resume!r}: {ck} is not a complete checkpoint: ' + '; '.join(problems))
     newer = [p for r in roots for p in checkpoints(r) if checkpoint_step(p) > checkpoint_step(ck)]
-    if newer and any(is_url(p) for p in newer):
+    if not all(storage_for(p).renames for p in newer):
         raise ValueError(f'resume={resume!r}: {", ".join(map(str, newer))} are newer, and on object storage ddpsafe does not rename them aside: '
                          'remove them first, or the next automatic resume would pick them')
     for p in newer: p.rename(p.with_name(ROLLED_BACK + p.name))
