@@ -69,7 +69,7 @@ class CheckpointCallback(Callback):
         self.accept_changes = {accept_changes} if isinstance(accept_changes, str) else set(accept_changes)
         if unknown := self.accept_changes - set(_CHANGES): raise ValueError(f'accept_changes: {sorted(unknown)} not among {_CHANGES}')
         for name, o in (extra or {}).items(): UserState(name, o)     # refuse an object without state now, not at the first save
-        self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.far_claim = self.uploader = self.fit_dls = None
+        self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.far_claim = self.uploader = self.fit_dls = self.storage = None
 
 # %% ../nbs/08_checkpoint.ipynb #812d6eee
 @patch
@@ -144,7 +144,7 @@ def _close(self:CheckpointCallback):
     for c in (self.claim, self.far_claim):
         if c is not None: c.release()                    # rank 0's; the other ranks hold inactive copies
     for dl in self.fit_dls.loaders: stop_persistent_workers(dl)   # `self.learn` is gone: fastai removed this callback
-    self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.far_claim = self.uploader = self.fit_dls = None
+    self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.far_claim = self.uploader = self.fit_dls = self.storage = None
 
 # %% ../nbs/08_checkpoint.ipynb #15ff5112
 @patch
