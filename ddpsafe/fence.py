@@ -20,6 +20,13 @@ FENCE = [  # (module, name, how ddpsafe replaces it or 'relied on' (how it works
     ('fastai.learner', 'Learner._do_fit', 'copied', 'resume', '66298c9485be'),
     ('fastai.learner', 'Learner.all_batches', 'copied', 'resume', '1fba83b3b27a'),
     ('fastai.learner', 'Learner._do_grad_opt', 'copied', 'resume', '79c9df44f987'),
+    ('fastai.learner', 'Learner.one_batch', 'wrapped', 'callbacks', '71d20535da7a'),   # counts the batches a heartbeat reports
+    ('fastai.learner', 'Learner.snapshot', 'added', 'resume', None),
+    ('fastai.learner', 'Learner.fsdp_ctx', 'added', 'fsdp', None),
+    ('fastai.data.core', 'DataLoaders.save', 'added', 'learner', None),
+    ('fastai.callback.tracker', 'TrackerCallback.__call__', 'added', 'callbacks', None),
+    ('fastai.callback.tracker', 'SaveModelCallback._load_best', 'added', 'callbacks', None),
+    ('fastai.callback.progress', 'CSVLogger._flush_lines', 'added', 'callbacks', None),
     ('fastai.learner', 'Learner.save', 'replaced', 'learner', '9ea1f1e98c73'),
     ('fastai.learner', 'Learner.load', 'replaced', 'learner', 'a45066302eea'),
     ('fastai.learner', 'Learner.export', 'copied', 'learner', '23349383e890'),
