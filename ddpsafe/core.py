@@ -6,16 +6,16 @@ Docs: https://ddpsafe.github.io/ddpsafe/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #e635047b
 from __future__ import annotations
-import os, re, time, atexit, pickle, weakref, threading, traceback
+import os, re, sys, time, atexit, pickle, weakref, threading, traceback
 from datetime import timedelta
 from contextlib import contextmanager, suppress
 import torch, torch.distributed as dist
 
 # %% auto #0
-__all__ = ['STUCK_EXIT_CODE', 'live', 'rank', 'world', 'is_main', 'coordinating', 'ddp_timeout', 'DistTimeout',
-           'CheckpointMismatch', 'start_heartbeat', 'stop_heartbeat', 'silent_ranks', 'error_line', 'report_failure',
-           'failed_ranks', 'forget_failure', 'count_batch', 'watching_progress', 'where_waiting', 'behind_ranks',
-           'peer_failure', 'name_failure', 'bound_process_group', 'side_group', 'using_side_group',
+__all__ = ['STUCK_EXIT_CODE', 'live', 'rank', 'world', 'is_main', 'coordinating', 'loaded_class', 'is_dtensor', 'ddp_timeout',
+           'DistTimeout', 'CheckpointMismatch', 'start_heartbeat', 'stop_heartbeat', 'silent_ranks', 'error_line',
+           'report_failure', 'failed_ranks', 'forget_failure', 'count_batch', 'watching_progress', 'where_waiting',
+           'behind_ranks', 'peer_failure', 'name_failure', 'bound_process_group', 'side_group', 'using_side_group',
            'release_side_group', 'broadcast_bytes', 'RemoteTraceback', 'on_main', 'agree', 'any_rank', 'all_ranks',
            'barrier']
 
@@ -43,6 +43,17 @@ def is_main() -> bool:
 def coordinating() -> bool:
     "Are there other ranks to coordinate with?"
     return live() and world() > 1
+
+# %% ../nbs/00_core.ipynb #da673e4d
+def loaded_class(module:str, # A module's full name, e.g. 'torch.distributed.tensor'
+                 name:str    # A class it defines
+                ):
+    "Class `name` of `module` if this process has imported it, else `()`, which no object is an instance of; never imports"
+    return getattr(sys.modules.get(module), name, ())
+
+def is_dtensor(t) -> bool:
+    "Is `t` a `DTensor`, without importing DTensor where none can exist?"
+    return isinstance(t, loaded_class('torch.distributed.tensor', 'DTensor'))
 
 # %% ../nbs/00_core.ipynb #61b9e66c
 def ddp_timeout(timeout:float|None=None # Seconds; `None` for the default

@@ -10,8 +10,6 @@ import copy
 from contextlib import contextmanager
 import torch, torch.distributed as dist
 from torch import nn
-from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor
 from fastcore.basics import patch, noop
 from fastai.learner import Learner
 from fastai.callback.core import Callback
@@ -43,6 +41,7 @@ def shard_model(model:nn.Module, # The model, changed in place
                 **kwargs              # Passed to `fully_shard`: `mp_policy`, `reshard_after_forward`, `offload_policy`...
                ) -> nn.Module:
     "Shard `model` over the ranks with FSDP2, unit by unit; collective"
+    from torch.distributed.fsdp import fully_shard
     for m in shard_units(model, min_params, policy): fully_shard(m, **kwargs)
     return model
 
@@ -58,7 +57,7 @@ def unshard_model(sharded:nn.Module, # A model `shard_model` sharded
     skeleton.to_empty(device=_device(sharded))
     target = skeleton.state_dict(keep_vars=True)
     with torch.no_grad():
-        for k, v in sharded.state_dict().items(): target[k].copy_(v.full_tensor() if isinstance(v, DTensor) else v)   # one whole tensor at a time
+        for k, v in sharded.state_dict().items(): target[k].copy_(v.full_tensor() if is_dtensor(v) else v)   # one whole tensor at a time
         for name, b in sharded.named_buffers(): skeleton.get_buffer(name).copy_(b)                                   # the unsaved ones too
     return skeleton
 

@@ -21,10 +21,6 @@ from .manifest import uncompiled_key, SHARD_INDEX
 from .sharded import is_sharded, full_weights, load_full_weights, full_optimizer_state, shard_optimizer_state
 from .learner import CheckpointMismatch
 
-def _loaded(module:str, name:str):
-    "Class `name` of fastai's `module` if imported, else `()`"
-    return getattr(sys.modules.get(module), name, ())
-
 # %% auto #0
 __all__ = ['PART_MAKERS', 'LEGACY_PARTS', 'Part', 'register_part', 'model_weights', 'load_weights', 'rng_state', 'set_rng_state',
            'rank_rng_state', 'unknown_order', 'loader_kind', 'loader_name', 'loader_state', 'set_loader_state',
@@ -233,7 +229,7 @@ class RecorderState(Part):
 class TrackerState(Part):
     "Each `TrackerCallback`'s best value and wait"
     def __init__(self, learn:Learner): super().__init__('trackers'); self.learn = learn
-    def trackers(self) -> list: return [cb for cb in self.learn.cbs if isinstance(cb, _loaded('fastai.callback.tracker', 'TrackerCallback'))]
+    def trackers(self) -> list: return [cb for cb in self.learn.cbs if isinstance(cb, loaded_class('fastai.callback.tracker', 'TrackerCallback'))]
     def state_dict(self) -> list: return [dict(best=_plain(cb.best), wait=getattr(cb, 'wait', None)) for cb in self.trackers()]
     def load_state_dict(self, d:list):
         for cb, t in zip(self.trackers(), d):

@@ -14,7 +14,6 @@ from fastai.learner import Learner
 from fastai.optimizer import OptimWrapper
 from fastai.callback.core import CancelEpochException, CancelStepException, CancelBackwardException
 from fastai.torch_core import get_model
-from torch.distributed.fsdp import FSDPModule
 import ddpsafe
 from .core import *
 from .io import safe_load, UnsafePickleError
@@ -26,7 +25,6 @@ from .sharded import full_optimizer_state
 from .learner import fastai_safe_globals, CheckpointMismatch, fastai_stock
 from .callbacks import patch_fastai
 from .parts import *
-from .parts import _loaded
 
 # %% auto #0
 __all__ = ['ROLLED_BACK', 'step_lock', 'RunState', 'run_state', 'model_signature', 'optimizer_signature', 'fit_method',
@@ -123,14 +121,14 @@ def _name(f) -> str:
 
 def _class_name(m) -> str:
     "A module's class name, as it was before FSDP2 sharded it"
-    cls = type(m)
-    if issubclass(cls, FSDPModule): cls = next(c for c in cls.__mro__ if not issubclass(c, FSDPModule))
+    cls, fsdp = type(m), loaded_class('torch.distributed.fsdp', 'FSDPModule')
+    if issubclass(cls, fsdp): cls = next(c for c in cls.__mro__ if not issubclass(c, fsdp))
     return cls.__name__
 
 def model_signature(model) -> dict:
     "The model's module classes and weight shapes, as they are without `torch.compile`"
     m = get_model(model)
-    compiled = _loaded('torch._dynamo.eval_frame', 'OptimizedModule')
+    compiled = loaded_class('torch._dynamo.eval_frame', 'OptimizedModule')
     return dict(modules=[_class_name(o) for o in m.modules() if not isinstance(o, compiled)],
                 weights={uncompiled_key(k): [list(v.shape), str(v.dtype).replace('torch.', '')] for k,v in m.state_dict().items()})
 
@@ -154,7 +152,7 @@ def fit_method(learn:Learner) -> str:
 def fit_signature(learn:Learner) -> dict:
     "How this fit was called: method, epochs, schedule"
     scheds = {h: [np.asarray(f(p), dtype=float).round(12).tolist() for p in (0., .25, .5, .75, 1.)]
-              for cb in learn.cbs if isinstance(cb, _loaded('fastai.callback.schedule', 'ParamScheduler')) for h, f in cb.scheds.items()}
+              for cb in learn.cbs if isinstance(cb, loaded_class('fastai.callback.schedule', 'ParamScheduler')) for h, f in cb.scheds.items()}
     return dict(method=fit_method(learn), n_epoch=learn.n_epoch, schedule=scheds)
 
 def setup_signature(learn:Learner) -> dict:

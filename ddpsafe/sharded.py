@@ -7,9 +7,6 @@ Docs: https://ddpsafe.github.io/ddpsafe/sharded.html.md"""
 # %% ../nbs/02a_sharded.ipynb #f73550cf
 from __future__ import annotations
 import torch, torch.distributed as dist
-from torch.distributed.tensor import DTensor, distribute_tensor
-from torch.distributed.fsdp import FSDPModule
-from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict, StateDictOptions
 from fastai.torch_core import get_model
 from .core import *
 from .snapshot import map_tensors
@@ -17,20 +14,22 @@ from .snapshot import map_tensors
 # %% auto #0
 __all__ = ['SHARD_PLACEHOLDER', 'is_sharded', 'full_weights', 'fit_problems', 'load_full_weights', 'full_optimizer_state',
            'shard_optimizer_state', 'fill_placeholders', 'shard_names', 'write_shards', 'read_shard_index',
-           'ShardReader', 'read_shards', 'read_whole_shards']
+           'shard_reader', 'dcp_error', 'read_shards', 'read_whole_shards']
 
 # %% ../nbs/02a_sharded.ipynb #d068b420
 def is_sharded(model) -> bool:
     "Has FSDP2 sharded `model`?"
-    return any(isinstance(o, FSDPModule) for o in get_model(model).modules())
+    fsdp = loaded_class('torch.distributed.fsdp', 'FSDPModule')   # not imported: nothing is sharded
+    return any(isinstance(o, fsdp) for o in get_model(model).modules())
 
 def _device(model) -> torch.device:
     "Where `model`'s parameters (or their shards) live"
     p = next(model.parameters(), None)
-    return torch.device('cpu') if p is None else p.to_local().device if isinstance(p, DTensor) else p.device
+    return torch.device('cpu') if p is None else p.to_local().device if is_dtensor(p) else p.device
 
 def full_weights(model) -> dict:
     "The sharded `model`'s full `state_dict` on rank 0's CPU (`{}` elsewhere); collective"
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, StateDictOptions
     return get_model_state_dict(get_model(model), options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 def fit_problems(now:dict,    # Name -> shape, of the model
@@ -52,6 +51,7 @@ def load_full_weights(model, # A sharded model
     shapes = {k: tuple(v.shape) for k, v in m.state_dict().items()}
     if problems := fit_problems(shapes, {k: tuple(v.shape) for k, v in weights.items()}, optional):
         raise CheckpointMismatch(f'{file} does not fit this model: {problems}')
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, StateDictOptions
     set_model_state_dict(m, weights, options=StateDictOptions(full_state_dict=True, strict=False))
 
 def full_optimizer_state(sd:dict,            # An optimizer's `state_dict`, fastai's or torch's
@@ -59,7 +59,7 @@ def full_optimizer_state(sd:dict,            # An optimizer's `state_dict`, fast
                         ) -> dict:
     "`sd` with each sharded tensor gathered whole to rank 0's CPU (an empty tensor elsewhere); collective"
     def whole(t, _):
-        if not isinstance(t, DTensor): return t
+        if not is_dtensor(t): return t
         t = t.full_tensor()          # every rank takes part, tensor by tensor
         return t.cpu() if everywhere or is_main() else t.new_empty(0)
     return map_tensors(whole, sd)
@@ -70,7 +70,8 @@ def shard_optimizer_state(sd:dict,  # A fastai optimizer's full `state_dict`
     "`sd` with each tensor shaped like its sharded parameter cut to that parameter's shard"
     def like(p):
         def f(t, _):
-            if not (isinstance(p, DTensor) and tuple(t.shape) == tuple(p.shape)): return t
+            if not (is_dtensor(p) and tuple(t.shape) == tuple(p.shape)): return t
+            from torch.distributed.tensor import distribute_tensor
             return distribute_tensor(t.to(p.to_local().device), p.device_mesh, p.placements, src_data_rank=None)
         return f
     state = sd['state']   # fastai's: a list in the parameters' order; torch's (`OptimWrapper`): a dict by index
@@ -80,10 +81,7 @@ def shard_optimizer_state(sd:dict,  # A fastai optimizer's full `state_dict`
 # %% ../nbs/02a_sharded.ipynb #3bd6d658
 import pickle, warnings
 from pathlib import Path
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemWriter, FileSystemReader
-from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint import metadata as _METADATA
+import functools
 from .commit import file_digest
 from .io import UnsafePickleError, _zip_crc
 from .manifest import CorruptCheckpoint, SHARD_INDEX
@@ -114,8 +112,9 @@ def write_shards(state:dict,   # Flat: name -> tensor or `DTensor`
                  group=None    # The process group (default: the default one)
                 ) -> dict:
     "Write this rank's shards of `state` into `folder`: {file: size and xxh3}; collective"
+    import torch.distributed.checkpoint as dcp
     with _zip_crc(False):   # DCP `torch.save`s each piece; the manifest's checksums cover the files, as `torch_writer(crc32=False)`'s
-        dcp.save(state, storage_writer=FileSystemWriter(folder, thread_count=1), process_group=group)
+        dcp.save(state, storage_writer=dcp.FileSystemWriter(folder, thread_count=1), process_group=group)
     r = dist.get_rank(group) if coordinating() else 0
     return {n: dict(size=(folder/n).stat().st_size, xxh3=file_digest(folder/n)) for n in shard_names(folder, r)}
 
@@ -124,15 +123,18 @@ _INDEX_CLASSES = {('torch', 'Size'), ('torch.serialization', '_get_layout'), ('t
                   ('pathlib', 'PosixPath'), ('pathlib', 'WindowsPath'), ('pathlib', 'PurePosixPath'), ('pathlib', 'PureWindowsPath'),
                   ('collections', 'OrderedDict')}
 
+_METADATA = 'torch.distributed.checkpoint.metadata'
+
 def _defined_in_metadata(name:str) -> bool:
     "Is `name` a class of DCP's metadata module (not something it imports, such as `os`)?"
-    o = getattr(_METADATA, name, None)
-    return isinstance(o, type) and o.__module__ == _METADATA.__name__
+    import torch.distributed.checkpoint.metadata as md
+    o = getattr(md, name, None)
+    return isinstance(o, type) and o.__module__ == _METADATA
 
 class _IndexUnpickler(pickle.Unpickler):
     "Unpickles what DCP's index is made of, and nothing else"
     def find_class(self, module, name):
-        ok = (module, name) in _INDEX_CLASSES or module == _METADATA.__name__ and _defined_in_metadata(name) \
+        ok = (module, name) in _INDEX_CLASSES or module == _METADATA and _defined_in_metadata(name) \
              or module == 'torch' and isinstance(getattr(torch, name, None), (torch.dtype, torch.layout, torch.memory_format))
         if not ok: raise UnsafePickleError(f'{module}.{name}')
         return super().find_class(module, name)
@@ -147,12 +149,22 @@ def read_shard_index(folder:Path|str): # A folder DCP wrote into
     except (pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError) as e:
         raise CorruptCheckpoint(f'{f}: not a readable DCP index ({type(e).__name__}: {e})') from e
 
-class ShardReader(FileSystemReader):
-    "DCP's file reader, with the index read by `read_shard_index`"
-    def read_metadata(self, *args, **kwargs):
-        md = read_shard_index(self.path)
-        if getattr(md, 'storage_meta', None) is not None: md.storage_meta.load_id = self.load_id
-        return md
+@functools.cache
+def shard_reader():
+    "DCP's file reader class, with the index read by `read_shard_index`; made when first asked for (DCP imported then)"
+    from torch.distributed.checkpoint import FileSystemReader
+    class ShardReader(FileSystemReader):
+        "DCP's file reader, with the index read by `read_shard_index`"
+        def read_metadata(self, *args, **kwargs):
+            md = read_shard_index(self.path)
+            if getattr(md, 'storage_meta', None) is not None: md.storage_meta.load_id = self.load_id
+            return md
+    return ShardReader
+
+def dcp_error():
+    "DCP's `CheckpointException` (a `BaseException` holding every rank's failure), imported when an error needs it"
+    from torch.distributed.checkpoint.api import CheckpointException
+    return CheckpointException
 
 def read_shards(state:dict, # Flat: name -> tensor or `DTensor` to fill in place (a `DTensor`: its shard only)
                 folder:Path|str # A folder `write_shards` wrote
@@ -160,8 +172,9 @@ def read_shards(state:dict, # Flat: name -> tensor or `DTensor` to fill in place
     "Fill `state` from the shards in `folder`; each rank reads what it needs, without the others"
     with warnings.catch_warnings():   # DCP warns that it loads "in a single process" without a group: that is what is asked
         warnings.filterwarnings('ignore', message='torch.distributed is disabled')
-        try: dcp.load(state, storage_reader=ShardReader(folder), no_dist=True)
-        except CheckpointException as e:           # DCP's, a `BaseException`: as an error naming the files
+        import torch.distributed.checkpoint as dcp
+        try: dcp.load(state, storage_reader=shard_reader()(folder), no_dist=True)
+        except dcp_error() as e:           # DCP's, a `BaseException`: as an error naming the files
             raise CorruptCheckpoint(f'{folder}: could not read its shards: ' + '; '.join(f'{type(x[0]).__name__}: {x[0]}' for x in e.failures.values())) from None
 
 # %% ../nbs/02a_sharded.ipynb #273c4e23

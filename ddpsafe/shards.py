@@ -12,13 +12,11 @@ import torch
 from fastcore.basics import patch
 from fastai.learner import Learner
 from fastai.torch_core import get_model
-from torch.distributed.tensor import DTensor
-from torch.distributed.checkpoint.api import CheckpointException
 from .core import *
 from .commit import as_path, errno_of, commit_file
 from .manifest import *
 from .snapshot import map_tensors
-from .sharded import SHARD_PLACEHOLDER, fill_placeholders, write_shards, read_shards, read_shard_index, fit_problems
+from .sharded import SHARD_PLACEHOLDER, fill_placeholders, write_shards, read_shards, read_shard_index, fit_problems, dcp_error
 from .learner import CheckpointMismatch
 from .parts import ModelState, OptimizerState, checkpoint_writers, _tied
 import ddpsafe.fsdp   # learn.fsdp_ctx
@@ -52,14 +50,14 @@ def shard_state(learn:Learner) -> tuple:
 
 def _failures(e:BaseException) -> list:
     "(errno, words) for each rank's failure in `e`; DCP's `CheckpointException` holds every rank's"
-    fails = getattr(e, 'failures', None) if isinstance(e, CheckpointException) else None
+    fails = getattr(e, 'failures', None) if isinstance(e, loaded_class('torch.distributed.checkpoint.api', 'CheckpointException')) else None
     pairs = [(r, f[0] if isinstance(f, tuple) else f) for r, f in sorted(fails.items())] if isinstance(fails, dict) else [(rank(), e)]
     return [(errno_of(x), f'rank {r}: {type(x).__name__}: {x}') for r, x in pairs]
 
 def _attempt(f) -> tuple:
     "(`f()`, []), or (`None`, what went wrong, rank by rank)"
     try: return f(), []
-    except (Exception, CheckpointException) as e: return None, _failures(e)
+    except (Exception, dcp_error()) as e: return None, _failures(e)
 
 def _sees(folder:Path):
     if not folder.is_dir(): raise FileNotFoundError(errno.ENOENT, f'{folder}, which rank 0 created, is not there: a sharded checkpoint '
@@ -105,7 +103,7 @@ def ranks_not_seeing(folder:Path) -> list:
 def _together(f):
     "`f()` on every rank; a failure on any rank raised on all (each its own where it failed); collective"
     try: res, mine = f(), None
-    except (Exception, CheckpointException) as e: res, mine = None, e
+    except (Exception, dcp_error()) as e: res, mine = None, e
     errs = [e for es in all_ranks(_failures(mine) if mine is not None else []) for e in es]
     if isinstance(mine, Exception): raise mine           # this rank's own, as it was
     if errs: raise CorruptCheckpoint('; '.join(m for _, m in dict.fromkeys(errs)))
@@ -141,7 +139,7 @@ def load_weight_shards(model, # The model, sharded or not
     read_shards({f'model.{k}': v for k, v in now.items() if k in saved}, ck)    # in place, into the parameters
 
 def _local_device(p) -> torch.device:
-    return torch.device('cpu') if p is None else (p.to_local() if isinstance(p, DTensor) else p).device
+    return torch.device('cpu') if p is None else (p.to_local() if is_dtensor(p) else p).device
 
 def load_optimizer_shards(opt, # fastai's optimizer, of a sharded model or not
                           skeleton, # `ck`'s `optimizer.pt`: the state with placeholders for the tensors
@@ -152,7 +150,7 @@ def load_optimizer_shards(opt, # fastai's optimizer, of a sharded model or not
         if key not in md: raise CorruptCheckpoint(f'{ck/"optimizer.pt"}: names {key}, which {ck/SHARD_INDEX} does not hold')
         size, dtype, (_, part, i, *_) = tuple(md[key].size), md[key].properties.dtype, key.split('.') + ['', '']
         p = params[int(i)] if part == 'state' and i.isdigit() and int(i) < len(params) else None
-        if isinstance(p, DTensor) and size == tuple(p.shape): return torch.empty_like(p, dtype=dtype)   # cut like its parameter
+        if is_dtensor(p) and size == tuple(p.shape): return torch.empty_like(p, dtype=dtype)   # cut like its parameter
         return torch.empty(size, dtype=dtype, device=_local_device(p))
     def kept(key:str):
         t = targets[key] = target(key)

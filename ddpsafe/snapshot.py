@@ -8,7 +8,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/snapshot.html.md"""
 from __future__ import annotations
 import os, sys, queue, threading, contextlib
 import torch
-from torch.distributed.tensor import DTensor
+from .core import is_dtensor
 
 # %% auto #0
 __all__ = ['map_tensors', 'StateBuffers', 'lower_priority', 'AsyncWriter']
@@ -42,7 +42,7 @@ class StateBuffers:
         "`state` with its tensors copied into these buffers"
         cuda = []
         def cp(t, path):
-            if isinstance(t, DTensor): return DTensor(cp(t.to_local(), path), t._spec, requires_grad=False)   # this rank's piece, as a DTensor
+            if is_dtensor(t): return type(t)(cp(t.to_local(), path), t._spec, requires_grad=False)   # this rank's piece, as a DTensor
             b = self._buffer(t, path).copy_(t.detach(), non_blocking=t.is_cuda)
             if t.is_cuda: cuda.append(t.device)
             return b
