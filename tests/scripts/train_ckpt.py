@@ -4,7 +4,7 @@ Used by `tests/test_checkpoint.py` (issue 4) and `tests/test_preempt.py` (issue 
 
     python train_ckpt.py PATH N_EPOCH [--fit one_cycle|fit|fine_tune] [--every-steps N] [--every-epoch N] [--keep N]
                          [--slow SECS] [--poll-seconds SECS] [--accum N] [--model-mb MB] [--out FILE] [--touch NAME:STEP] [--kill SIG:RANK:STEP]
-                         [--exit-code N|none] [--best-max] [--no-resume] [--trace-fs] [--fsdp] [--start-out FILE] [--stall-shards STEP] ...
+                         [--exit-code N|none] [--best-max] [--no-resume] [--trace-fs] [--fsdp] [--start-out FILE] [--stall-shards STEP] [--fp16] [--nccl] ...
 
 `PATH` is the learner's path; checkpoints go to `PATH/checkpoints`. The run is `synth_learner(path=PATH, seed=0)` (a
 bigger MLP on the same synthetic data with `--model-mb`), trained inside `learn.distrib_ctx()` (`learn.fsdp_ctx()` with `--fsdp`) with a
@@ -52,6 +52,8 @@ def parse_args(argv=None):
     p.add_argument('--fsdp', action='store_true', help='train inside learn.fsdp_ctx() (FSDP2) instead of distrib_ctx (DDP)')
     p.add_argument('--stall-shards', type=int, default=None, help='STEP: rank 1 prints SHARDS-WRITTEN STEP once its shards of that step are written, then sleeps')
     p.add_argument('--ckpt', default='checkpoints', help="CheckpointCallback's path: a folder in PATH, or a URL (credentials from AWS_*)")
+    p.add_argument('--nccl', action='store_true', help='start the process group with NCCL on cuda:LOCAL_RANK (also with one process)')
+    p.add_argument('--fp16', action='store_true', help="fastai's mixed precision (learn.to_fp16(): a GradScaler on CUDA)")
     return p.parse_args(argv)
 
 def say(*a): print(*a, flush=True)
@@ -62,8 +64,12 @@ def main(argv=None) -> int:
     import torch, torch.distributed as dist
     from datetime import timedelta
     world = int(os.environ.get('WORLD_SIZE', '1'))
-    if world > 1 and not dist.is_initialized():
+    if a.nccl:                         # the GPU's own backend, as on a cluster (one process per GPU)
+        torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', 0)))
+        dist.init_process_group('nccl', timeout=timedelta(seconds=float(os.environ.get('DDPSAFE_TIMEOUT', 1800))))
+    elif world > 1 and not dist.is_initialized():
         dist.init_process_group('gloo', timeout=timedelta(seconds=float(os.environ.get('DDPSAFE_TIMEOUT', 1800))))
+    if a.nccl: say(f'PROCESS GROUP backend {dist.get_backend()} device {"cuda:%d" % torch.cuda.current_device() if torch.cuda.is_available() else "cpu"}')
     import numpy as np
     import fastai.callback.schedule     # fit_one_cycle, fine_tune
     import fastai.distributed           # distrib_ctx
@@ -90,6 +96,9 @@ def main(argv=None) -> int:
         learn = Learner(synth_dls(seed=0, path=a.path), model, loss_func=MSELossFlat(), lr=1e-2, path=a.path)
     else: learn = synth_learner(path=a.path, seed=0)
     learn.remove_cb(ProgressCallback)          # no progress bars: the marker lines stay whole
+    if a.fp16:
+        import fastai.callback.fp16
+        learn.to_fp16()
 
     if a.stall_shards is not None and r == 1:
         from ddpsafe.commit import temporary_of
@@ -159,7 +168,7 @@ def main(argv=None) -> int:
                stopped_by=getattr(cb, 'stopped_by', None), fits=run.fits,
                metric_names=list(learn.recorder.metric_names[1:-1]),
                values=[[None if x is None else float(x) for x in row] for row in learn.recorder.values],
-               seconds=round(time.time()-t0, 2))
+               seconds=round(time.time()-t0, 2), device=str(next(learn.model.parameters()).device))
     if a.out and res['error'] is None:
         torch.save({k: v.detach().clone() for k, v in learn.model.state_dict().items()}, f'{a.out}.rank{r}')
     say('RESULT ' + json.dumps(res))
