@@ -1,0 +1,423 @@
+"""Goodput under preemption: useful optimizer steps per second of a training job that is preempted again and again,
+against the same job left alone, and where the lost time goes.
+
+    python bench/goodput_bench.py                                   # 10 minutes per scenario: about 31 minutes in all
+    python bench/goodput_bench.py --seconds 90 --term-every 30 --kill-every 45 --save-every-seconds 15   # a smoke run, ~5 min
+    python bench/goodput_bench.py --scenarios sigterm --seconds 300
+    python bench/goodput_bench.py --replot                          # the table and figure again, from --out
+    python bench/goodput_bench.py --imports-only                    # only the import-time measurement, into --out
+
+The job is `bench/goodput_train.py`: fastai + ddpsafe under the real `torchrun --nproc_per_node 2` (gloo on CPU,
+`OMP_NUM_THREADS=1`), an MLP on random data (steps of about 10 ms here), plain `fit` with more epochs than any run
+lasts, `CheckpointCallback(every_epoch=None, every_seconds=--save-every-seconds)`. Three scenarios, each `--seconds` of
+wall time, one after the other:
+
+- `baseline`: the job left alone, started once through `examples/requeue.sh`.
+- `sigterm`: the job through `examples/requeue.sh CKPT torchrun ...`; every `--term-every` seconds (on a fixed grid from
+  the start) `SIGTERM` goes to the torchrun process, as a scheduler preempts a job: torchrun forwards it, every rank saves
+  at one step boundary and exits 75, `ddpsafe-status` says 75 and the recipe starts the same command again, which resumes.
+- `sigkill`: every `--kill-every` seconds `SIGKILL` goes to one rank (rank 1, then rank 0, alternately): the other rank
+  fails at its next collective, torchrun ends, the work since the last periodic checkpoint is lost. After a crash
+  `ddpsafe-status` says 1 (unfinished), on which `examples/requeue.sh` stops on purpose (a bug would fail again), so
+  here the benchmark's own loop stands in for the scheduler: it runs the same launch, asks the same `ddpsafe-status`, and
+  starts the job again on any status but 0 (finished) and 3 (stopped), as a cluster does that retries a job whose node
+  died (SLURM's `--requeue` after a node failure, a Kubernetes Job's `backoffLimit`).
+
+If `requeue.sh` itself ends before the time is up (a signal that landed before the ranks installed their handlers
+leaves no new checkpoint, and the status can be 2), the benchmark starts it again and records that.
+
+Every launch goes through a tiny bash wrapper that stamps the launch time and then `exec`s torchrun (same pid, so the
+signal reaches torchrun itself); `ddpsafe-status` is reached through a shim on `PATH` that stamps its start and end. The
+ranks log their own events (`bench/goodput_train.py`: process start, imports, process group, resume, every step and
+save, exit). At `--seconds` the measurement window closes; the job is then stopped (`SIGTERM`, later `SIGKILL`), which
+is not counted.
+
+Useful steps: the global step of the final lineage at the end of the window (the newest launch's last step; if it has
+not stepped yet, the newest committed checkpoint's). Goodput = useful steps / window; its ratio to the baseline's.
+The window is cut into consecutive intervals of rank 0's timeline, each charged to what ended it:
+
+| share | interval ending at |
+|---|---|
+| useful steps | the step that counts: the last time each step number <= useful steps was done |
+| steps done twice | any other step: done again later after a resume, or lost (after the last checkpoint before a SIGKILL); a step cut short by a SIGKILL |
+| saves | `CheckpointCallback.save` (periodic, signal, end of fit) |
+| start-up: launcher | the rank process's start (torchrun's own start-up, rendezvous, spawn) |
+| start-up: interpreter | the script's first line |
+| start-up: imports | import torch / fastai / ddpsafe, each |
+| start-up: init | data and model; the process group and DDP wrapper |
+| resume | `CheckpointCallback.before_fit` (claiming the folder, finding, verifying and loading the checkpoint), and the first step's time above the median step (drawing and dropping the batches already done, the loader's start) |
+| stop and exit | from the last step to fit's end and the interpreter's exit |
+| launcher shut-down | from rank 0's exit (its atexit handlers, before the interpreter's teardown; or its last event) until the launcher has exited: the ranks' interpreter teardown, torchrun's own shut-down |
+| requeue | `ddpsafe-status`, and the loop until the next launch |
+
+The intervals tile the window by construction; what checks the accounting is that every interval is >= 0 (the events
+are in order) and that the useful steps counted one by one equal the lineage's step. The import times are also
+measured apart, in fresh processes (`--import-reps`): wall time of each group of the script's imports, and `python -X
+importtime` of `ddpsafe.all` after torch and fastai, split into ddpsafe's own modules and the packages it pulls in.
+
+Results: `bench/results/goodput.json` (the accounting, per scenario and per launch), `bench/results/goodput.png` (the
+shares per scenario) and `bench/results/goodput_raw.json.gz` (rank 0's events, the launches, stamps and signals, which
+`--replot` reads); `--out` moves all three."""
+from __future__ import annotations
+import os, sys, gzip, json, time, shutil, signal, argparse, platform, datetime, statistics, subprocess, tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+TRAIN, REQUEUE = HERE/'goodput_train.py', ROOT/'examples'/'requeue.sh'
+BIN = Path(sys.executable).parent
+
+# stamps the launch (number, time, pid) and becomes the launcher: the scheduler's signal reaches torchrun itself
+WRAP = r'''n=$(cat "$GOODPUT_LOG/launches.jsonl" 2>/dev/null | wc -l)
+echo "{\"ev\": \"launch\", \"t\": $EPOCHREALTIME, \"pid\": $$, \"launch\": $n}" >> "$GOODPUT_LOG/launches.jsonl"
+export GOODPUT_LAUNCH=$n
+exec "$@"'''
+# `ddpsafe-status`, stamped: what requeue.sh and the benchmark's own loop call
+STATUS = '''#!/usr/bin/env bash
+echo "{\\"ev\\": \\"status_start\\", \\"t\\": $EPOCHREALTIME}" >> "$GOODPUT_LOG/status.jsonl"
+"{real}" "$@"; code=$?
+echo "{\\"ev\\": \\"status_end\\", \\"t\\": $EPOCHREALTIME, \\"code\\": $code}" >> "$GOODPUT_LOG/status.jsonl"
+exit $code
+'''
+
+SHARES = ['useful steps', 'steps done twice', 'saves', 'start-up: launcher', 'start-up: interpreter', 'start-up: imports',
+          'start-up: init', 'resume', 'stop and exit', 'launcher shut-down', 'requeue', 'cut at the end']
+DETAIL = {'proc': 'start-up: launcher', 'py_start': 'start-up: interpreter', 'import_torch': 'import torch', 'import_fastai': 'import fastai',
+          'import_ddpsafe': 'import ddpsafe', 'learner': 'data and model', 'fit_start': 'process group and DDP', 'resume_start': 'fit set-up',
+          'resume_end': 'resume: find, verify, load', 'fit_ready': 'fit set-up', 'save_end': 'saves', 'fit_end': 'stop and exit',
+          'exit': 'stop and exit', 'status_start': 'launcher shut-down', 'status_end': 'requeue: ddpsafe-status', 'launch': 'requeue: loop and launch'}
+TOP = {'import torch': 'start-up: imports', 'import fastai': 'start-up: imports', 'import ddpsafe': 'start-up: imports',
+       'data and model': 'start-up: init', 'process group and DDP': 'start-up: init', 'fit set-up': 'resume',
+       'resume: find, verify, load': 'resume', 'resume: first step above the median': 'resume',
+       'requeue: ddpsafe-status': 'requeue', 'requeue: loop and launch': 'requeue'}
+COLORS = {'useful steps': 'tab:green', 'steps done twice': 'tab:red', 'saves': 'tab:orange', 'start-up: launcher': '#1f77b4',
+          'start-up: interpreter': '#4f97d4', 'start-up: imports': '#7fb7e4', 'start-up: init': '#afd7f4', 'resume': 'tab:purple',
+          'stop and exit': 'tab:brown', 'launcher shut-down': 'tab:pink', 'requeue': 'tab:olive', 'cut at the end': 'tab:gray'}
+
+def uptime() -> str: return subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()
+
+def read_jsonl(p:Path) -> list:
+    "The complete JSON lines of `p` (a line cut by a SIGKILL is left out)"
+    out = []
+    if p.exists():
+        for line in p.read_text().splitlines():
+            try: out.append(json.loads(line))
+            except json.JSONDecodeError: pass
+    return out
+
+def alive(pid:int) -> bool:
+    try: return Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0] != 'Z'
+    except (FileNotFoundError, ProcessLookupError, IndexError): return False
+
+class Job:
+    "One scenario's job: its folders, environment, launches and the signals sent to it"
+    def __init__(self, folder:Path, a):
+        self.dir, self.a = folder, a
+        self.job, self.logs, self.bin = folder/'job', folder/'logs', folder/'bin'
+        for d in (self.job, self.logs, self.bin): d.mkdir(parents=True, exist_ok=True)
+        real = shutil.which('ddpsafe-status', path=str(BIN)) or shutil.which('ddpsafe-status')
+        (self.bin/'ddpsafe-status').write_text(STATUS.replace('{real}', real)); (self.bin/'ddpsafe-status').chmod(0o755)
+        self.env = {**os.environ, 'PATH': f'{self.bin}:{BIN}:{os.environ.get("PATH", "")}', 'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1',
+                    'DDPSAFE_TIMEOUT': '60', 'GOODPUT_LOG': str(self.logs)}
+        self.ckpt = self.job/'checkpoints'
+        self.out = open(folder/'output.log', 'a')
+        self.sent, self.notes, self.procs = [], [], []
+
+    def launch_cmd(self) -> list:
+        return ['bash', '-c', WRAP, 'launch', str(BIN/'torchrun'), '--nproc_per_node', '2', str(TRAIN), str(self.job),
+                '--save-every-seconds', str(self.a.save_every_seconds), '--hidden', str(self.a.hidden)] + ['--fast-exit']*self.a.fast_exit
+    def start(self, cmd:list) -> subprocess.Popen:
+        p = subprocess.Popen(cmd, stdout=self.out, stderr=subprocess.STDOUT, start_new_session=True, env=self.env, cwd=self.job)
+        self.procs.append(p)
+        return p
+    def launches(self) -> list: return read_jsonl(self.logs/'launches.jsonl')
+    def rank_events(self, n:int, r:int) -> list: return read_jsonl(self.logs/f'launch{n}.rank{r}.jsonl')
+    def launcher_pid(self) -> int|None:
+        "The newest launch's torchrun, if it is alive"
+        ls = self.launches()
+        return ls[-1]['pid'] if ls and alive(ls[-1]['pid']) else None
+    def rank_pid(self, r:int) -> int|None:
+        "Rank `r` of the newest launch, if it is alive"
+        ls = self.launches()
+        if not ls: return None
+        pids = [e['pid'] for e in self.rank_events(ls[-1]['launch'], r) if e['ev'] == 'proc']
+        return pids[-1] if pids and alive(pids[-1]) else None
+    def status(self) -> int:
+        return subprocess.run(['ddpsafe-status', str(self.ckpt)], env=self.env, stdout=self.out, stderr=subprocess.STDOUT, timeout=120).returncode
+    def stop(self, timeout:float=60.):
+        "After the window: SIGTERM to every live loop or launcher, then SIGKILL to what is left (ranks included)"
+        for p in self.procs:
+            if p.poll() is None:
+                try: os.kill(p.pid, signal.SIGTERM)
+                except ProcessLookupError: pass
+        if (pid := self.launcher_pid()): os.kill(pid, signal.SIGTERM)
+        t = time.monotonic() + timeout
+        while time.monotonic() < t and any(p.poll() is None for p in self.procs): time.sleep(0.1)
+        ranks = [e['pid'] for f in self.logs.glob('launch*.rank*.jsonl') for e in read_jsonl(f) if e['ev'] == 'proc']
+        for pid in [p.pid for p in self.procs] + ranks:
+            try: os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError): pass
+            try: os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError): pass
+        for p in self.procs: p.wait()
+        self.out.close()
+
+def run_scenario(name:str, folder:Path, a) -> dict:
+    "Run one scenario for `a.seconds`: its raw events, the signals sent, notes"
+    job = Job(folder, a)
+    every = dict(baseline=None, sigterm=a.term_every, sigkill=a.kill_every)[name]
+    t0 = time.time(); end = t0 + a.seconds
+    own_loop = name == 'sigkill'
+    start = lambda: job.start(job.launch_cmd() if own_loop else ['bash', str(REQUEUE), str(job.ckpt), *job.launch_cmd()])
+    proc, nxt, kills = start(), (t0 + every if every else None), 0
+    print(f'{name}: {a.seconds:.0f} s' + (f', {"SIGTERM to torchrun" if name == "sigterm" else "SIGKILL to a rank"} every {every:g} s' if every else ''), flush=True)
+    while (now := time.time()) < end:
+        if proc.poll() is not None:                       # the launcher (own loop) or requeue.sh ended
+            if own_loop:
+                code = job.status()                       # stamped by the shim, as requeue.sh's call is
+                if code in (0, 3): job.notes.append(f'{now - t0:.1f}s: ddpsafe-status {code}: not started again'); break
+            else: job.notes.append(f'{now - t0:.1f}s: requeue.sh exited {proc.returncode}: started again')
+            proc = start()
+        if nxt is not None and now >= nxt:
+            if name == 'sigterm' and (pid := job.launcher_pid()):
+                os.kill(pid, signal.SIGTERM); job.sent.append(dict(t=time.time(), sig='SIGTERM', pid=pid, launch=len(job.launches()) - 1))
+                nxt += every
+            elif name == 'sigkill' and (pid := job.rank_pid(r := 1 - kills % 2)):
+                os.kill(pid, signal.SIGKILL); job.sent.append(dict(t=time.time(), sig='SIGKILL', rank=r, pid=pid, launch=len(job.launches()) - 1))
+                nxt += every; kills += 1
+        time.sleep(0.02)
+    job.stop()
+    raw = dict(t0=t0, end=end, launches=job.launches(), status=read_jsonl(job.logs/'status.jsonl'), sent=job.sent, notes=job.notes,
+               ranks={str(l['launch']): {'0': job.rank_events(l['launch'], 0)} for l in job.launches()})   # rank 1's: in the work folder
+    return raw
+
+# ---------------------------------------------------------------------------------------------------------------
+# The accounting
+
+def timeline(raw:dict, r:int=0) -> list:
+    "Every event of the scenario in time order: launches, rank `r`'s events, ddpsafe-status stamps"
+    evs = [dict(l, ev='launch') for l in raw['launches']] + [dict(s) for s in raw['status']]
+    for n, ranks in raw['ranks'].items(): evs += [dict(e, launch=int(n)) for e in ranks.get(str(r), [])]
+    return sorted(evs, key=lambda e: e['t'])
+
+def account(raw:dict, r:int=0) -> dict:
+    "Useful steps, and the window cut into intervals charged to the shares (see the module docstring)"
+    t0, end = raw['t0'], raw['end']
+    evs = [e for e in timeline(raw, r) if e['t'] <= end]
+    steps = [e for e in evs if e['ev'] == 'step']
+    last_launch = max((e['launch'] for e in steps), default=None)
+    newest = max((l['launch'] for l in raw['launches'] if l['t'] <= end), default=None)
+    if steps and newest == last_launch: useful = max(e['g'] for e in steps if e['launch'] == newest)
+    else: useful = max((e['step'] for e in evs if e['ev'] == 'save_end' and e['saved']), default=0)   # the newest launch has not stepped yet
+    last = {}                                            # step number: index of its last execution
+    for i, e in enumerate(steps): last[e['g']] = i
+    counts = set(i for g, i in last.items() if g <= useful)
+    detail, pending, prev, first = {}, [], t0, {}
+    add = lambda k, d: detail.__setitem__(k, detail.get(k, 0.) + d)
+    negative, step_time, si = [], [], 0
+    for e in evs:
+        d = e['t'] - prev
+        if d < -1e-3: negative.append(dict(ev=e['ev'], launch=e.get('launch'), by=round(-d, 4)))
+        d = max(d, 0.); prev = max(prev, e['t'])
+        if e['ev'] == 'save_start': pending.append(d); continue     # the step before the save: charged with that step
+        if e['ev'] == 'step':
+            share = 'useful steps' if si in counts else 'steps done twice'
+            tot = d + sum(pending); pending = []
+            add(share, tot)
+            if e['launch'] not in first: first[e['launch']] = (share, tot)
+            else: step_time.append(tot)
+            si += 1; continue
+        if pending: add('steps done twice', sum(pending)); pending = []   # a step cut short
+        if e['ev'] == 'exit' or e['ev'] == 'fit_end': add('stop and exit', d)
+        elif e['ev'] == 'save_end': add('saves', d)
+        else: add(DETAIL.get(e['ev'], e['ev']), d)
+    add('cut at the end', end - prev + sum(pending))
+    med = statistics.median(step_time) if step_time else 0.
+    for share, tot in first.values():                   # the first step of each launch: above a median step, it is the resume's
+        extra = max(tot - med, 0.); add(share, -extra); add('resume: first step above the median', extra)
+    per_launch = []
+    for l in raw['launches']:
+        if l['t'] > end: continue
+        le = [e for e in evs if e.get('launch') == l['launch'] and e['ev'] != 'launch']
+        ls = [e['g'] for e in le if e['ev'] == 'step']
+        at = lambda name: next((round(e['t'] - t0, 3) for e in le if e['ev'] == name), None)
+        per_launch.append(dict(launch=l['launch'], at_s=round(l['t'] - t0, 3), rank_start_s=at('proc'), fit_ready_s=at('fit_ready'),
+                               resumed_from=next((e['step'] for e in le if e['ev'] == 'resume_end'), None),
+                               steps=len(ls), first_step=min(ls, default=None), last_step=max(ls, default=None), exit_s=at('exit'),
+                               signals=[dict(at_s=round(x['t'] - t0, 3), sig=x['sig'], **({'rank': x['rank']} if 'rank' in x else {}))
+                                        for x in raw['sent'] if x['launch'] == l['launch'] and x['t'] <= end]))
+    shares = {s: 0. for s in SHARES}
+    for k, v in detail.items(): shares[TOP.get(k, k)] += v
+    wall = end - t0
+    sent = [s for s in raw['sent'] if s['t'] <= end]
+    return dict(wall_s=wall, useful_steps=useful, useful_steps_counted=len(counts), steps_done=len(steps),
+                goodput_steps_per_s=useful/wall, median_step_ms=med*1e3, launches=sum(l['t'] <= end for l in raw['launches']),
+                signals=len(sent), shares_s=shares, shares_pct={k: 100*v/wall for k, v in shares.items()},
+                detail_s=dict(sorted(detail.items(), key=lambda kv: -kv[1])), sum_s=sum(shares.values()),
+                out_of_order=negative, notes=raw['notes'], per_launch=per_launch,
+                saves=sum(1 for e in evs if e['ev'] == 'save_end' and e['saved']),
+                status_codes=[s['code'] for s in raw['status'] if s['ev'] == 'status_end' and s['t'] <= end])
+
+# ---------------------------------------------------------------------------------------------------------------
+# What start-up costs: the script's imports, in fresh processes
+
+IMPORTS = dict(torch='import torch',
+               fastai='from fastai.data.core import DataLoaders; from fastai.learner import Learner; '
+                      'from fastai.callback.progress import ProgressCallback; import fastai.distributed',
+               ddpsafe='import ddpsafe.all; from ddpsafe.checkpoint import CheckpointCallback')
+
+def import_costs(reps:int) -> dict:
+    "Wall time of the interpreter and of each group of imports (median of `reps` fresh processes), and -X importtime of ddpsafe's"
+    env = {**os.environ, 'OMP_NUM_THREADS': '1'}
+    code = 'import time, json; t = [time.perf_counter()]\n' + ''.join(f'{c}\nt.append(time.perf_counter())\n' for c in IMPORTS.values()) + \
+           'print(json.dumps([b - a for a, b in zip(t, t[1:])]))'
+    walls, bare = [], []
+    for _ in range(reps):
+        t = time.perf_counter(); subprocess.run([sys.executable, '-c', 'pass'], env=env, check=True); bare.append(time.perf_counter() - t)
+        t = time.perf_counter(); out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True, check=True)
+        walls.append(dict(zip(IMPORTS, json.loads(out.stdout.strip().splitlines()[-1])), process=time.perf_counter() - t))
+    res = dict(reps=reps, interpreter_s=statistics.median(bare),
+               wall_s={k: statistics.median(w[k] for w in walls) for k in [*IMPORTS, 'process']},
+               wall_s_per_rep=walls)
+    # -X importtime of each group after the ones before it: the modules it newly imports, their self times by top-level package
+    order, by_stage = list(IMPORTS), {}
+    for i, k in enumerate(order):
+        pre = '\n'.join(IMPORTS[j] for j in order[:i])
+        out = subprocess.run([sys.executable, '-c', pre + '\nimport sys; print("\\n".join(sys.modules))'], env=env, capture_output=True, text=True, check=True)
+        before = set(out.stdout.split())
+        it = subprocess.run([sys.executable, '-X', 'importtime', '-c', pre + '\n' + IMPORTS[k]], env=env, capture_output=True, text=True, check=True)
+        pkgs = {}
+        for line in it.stderr.splitlines():
+            if not line.startswith('import time:') or 'self [us]' in line: continue
+            selfus, cum, name = line[len('import time:'):].split('|')
+            name = name.strip()
+            if name in before: continue
+            pkg = name.split('.')[0]
+            pkgs[pkg] = pkgs.get(pkg, 0) + int(selfus)/1e6
+        by_stage[k] = dict(sorted(((p, round(s, 4)) for p, s in pkgs.items()), key=lambda kv: -kv[1]))
+    res['importtime_self_s_by_package'] = by_stage      # -X importtime inflates times; read them as shares
+    dd = by_stage['ddpsafe']
+    res['ddpsafe_stage'] = dict(total_s=sum(dd.values()), ddpsafe_own_s=dd.get('ddpsafe', 0.),
+                                others_s=sum(v for p, v in dd.items() if p != 'ddpsafe'),
+                                top_others=dict(list((p, v) for p, v in dd.items() if p != 'ddpsafe')[:8]))
+    return res
+
+# ---------------------------------------------------------------------------------------------------------------
+
+def table(res:dict) -> str:
+    "The shares per scenario, as text"
+    sc = res['scenarios']
+    base = sc.get('baseline', {}).get('goodput_steps_per_s')
+    w = 28
+    lines = [f"{'':{w}}" + ''.join(f'{k:>16}' for k in sc)]
+    row = lambda label, f: lines.append(f'{label:{w}}' + ''.join(f'{f(v):>16}' for v in sc.values()))
+    row('wall, s', lambda v: f"{v['wall_s']:.0f}")
+    row('useful steps', lambda v: f"{v['useful_steps']}")
+    row('goodput, steps/s', lambda v: f"{v['goodput_steps_per_s']:.1f}")
+    if base: row('goodput / baseline', lambda v: f"{v['goodput_steps_per_s']/base:.3f}")
+    row('median step, ms', lambda v: f"{v['median_step_ms']:.1f}")
+    row('launches / signals / saves', lambda v: f"{v['launches']}/{v['signals']}/{v['saves']}")
+    lines.append('share of the wall time, % (seconds)')
+    for s in SHARES: row(f'  {s}', lambda v: f"{v['shares_pct'][s]:.1f} ({v['shares_s'][s]:.1f})")
+    row('  sum, % of wall', lambda v: f"{100*v['sum_s']/v['wall_s']:.1f}")
+    row('steps counted = lineage', lambda v: 'yes' if v['useful_steps_counted'] == v['useful_steps'] else f"{v['useful_steps_counted']} != {v['useful_steps']}")
+    row('events out of order', lambda v: f"{len(v['out_of_order'])}")
+    return '\n'.join(lines)
+
+def plot(res:dict, path:Path):
+    "A stacked bar of the shares per scenario"
+    import matplotlib; matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    sc = res['scenarios']
+    base = sc.get('baseline', {}).get('goodput_steps_per_s')
+    fig, ax = plt.subplots(figsize=(9, 0.8*len(sc) + 1.8))
+    for i, (k, v) in enumerate(sc.items()):
+        left = 0.
+        for s in SHARES:
+            w = v['shares_pct'][s]
+            if w <= 0: continue
+            ax.barh(i, w, left=left, color=COLORS[s], label=s if i == 0 or s not in ax.get_legend_handles_labels()[1] else None, edgecolor='white', lw=.5)
+            if w >= 4: ax.text(left + w/2, i, f'{w:.0f}', ha='center', va='center', fontsize=8)
+            left += w
+    labels = [f"{k}\n{v['goodput_steps_per_s']:.1f} steps/s" + (f"\n{v['goodput_steps_per_s']/base:.2f}x baseline" if base else '') for k, v in sc.items()]
+    ax.set_yticks(range(len(sc)), labels, fontsize=9); ax.invert_yaxis()
+    ax.set_xlim(0, 100); ax.set_xlabel('% of the wall time', fontsize=9)
+    ax.set_title(f"Where the time of a {res['seconds']:.0f} s job goes under preemption", fontsize=11)
+    ax.legend(ncol=3, fontsize=7, loc='upper center', bbox_to_anchor=(0.5, -0.25 - 0.05*(3 - len(sc))), frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches='tight')
+    plt.close(fig)
+
+def raw_path(out:Path) -> Path: return out.with_name(out.stem + '_raw.json.gz')
+
+def report(res:dict, out:Path):
+    "Write the results (the raw events apart, compressed), print the table, draw the figure"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    res = dict(res)
+    if (raw := res.pop('raw', None)):
+        with gzip.open(raw_path(out), 'wt') as f: json.dump(raw, f)
+    out.write_text(json.dumps(res, indent=1))
+    if res.get('scenarios'):
+        print(table(res))
+        plot(res, out.with_suffix('.png'))
+    if (im := res.get('imports')):
+        w = im['wall_s']
+        print(f"\nimports in a fresh process (median of {im['reps']}): interpreter {im['interpreter_s']:.2f} s; import torch {w['torch']:.2f} s, "
+              f"fastai {w['fastai']:.2f} s, ddpsafe {w['ddpsafe']:.2f} s (whole process {w['process']:.2f} s)")
+        d = im['ddpsafe_stage']
+        print(f"-X importtime of the ddpsafe imports (after torch and fastai): {d['total_s']:.2f} s, of it ddpsafe's own modules "
+              f"{d['ddpsafe_own_s']:.2f} s, others {d['others_s']:.2f} s: " + ', '.join(f'{p} {s:.3f}' for p, s in d['top_others'].items()))
+    print(f'wrote {out}' + (f" and {out.with_suffix('.png')}" if res.get('scenarios') else ''))
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--seconds', type=float, default=600., help='wall time of each scenario (default 600)')
+    p.add_argument('--term-every', type=float, default=60., help='sigterm: seconds between two SIGTERMs to torchrun (default 60)')
+    p.add_argument('--kill-every', type=float, default=120., help='sigkill: seconds between two SIGKILLs of a rank (default 120)')
+    p.add_argument('--scenarios', default='baseline,sigterm,sigkill', help='comma separated, from baseline, sigterm, sigkill')
+    p.add_argument('--save-every-seconds', type=float, default=30., help="the job's CheckpointCallback(every_seconds=...) (default 30)")
+    p.add_argument('--hidden', type=int, default=512, help="the MLP's hidden width (default 512)")
+    p.add_argument('--fast-exit', action='store_true', help="the ranks skip the interpreter's teardown (os._exit after atexit): what that saves")
+    p.add_argument('--import-reps', type=int, default=3, help='fresh processes timing the imports (0: skip)')
+    p.add_argument('--out', default=str(HERE/'results'/'goodput.json'), help='results JSON; the figure goes beside it (.png)')
+    p.add_argument('--workdir', default=None, help='where the jobs run and log (default: a temporary folder, removed unless --keep)')
+    p.add_argument('--keep', action='store_true', help='keep the work folder (the jobs\' event logs and output)')
+    p.add_argument('--replot', action='store_true', help='only recompute the accounting, table and figure from --out')
+    p.add_argument('--imports-only', action='store_true', help='only measure the imports, into --out (keeping its scenarios)')
+    a = p.parse_args(argv)
+    out = Path(a.out)
+    if a.replot:
+        res = json.loads(out.read_text())
+        with gzip.open(raw_path(out), 'rt') as f: res['raw'] = json.load(f)
+        res['scenarios'] = {k: account(v) for k, v in res['raw'].items()}
+        return report(res, out)
+    if a.imports_only:
+        res = json.loads(out.read_text()) if out.exists() else dict(benchmark='goodput')
+        res['imports'] = import_costs(a.import_reps or 3)
+        return report(res, out)
+    names = a.scenarios.split(',')
+    if unknown := set(names) - {'baseline', 'sigterm', 'sigkill'}: p.error(f'unknown scenarios {sorted(unknown)}')
+    work = Path(a.workdir or tempfile.mkdtemp(prefix='ddpsafe-goodput-'))
+    import torch
+    res = dict(benchmark='goodput', date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+               command=' '.join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+               machine=dict(cores=os.cpu_count(), platform=platform.platform(), python=platform.python_version(), torch=torch.__version__,
+                            uptime_before=uptime()),
+               seconds=a.seconds, term_every=a.term_every, kill_every=a.kill_every, save_every_seconds=a.save_every_seconds,
+               hidden=a.hidden, fast_exit=a.fast_exit, ranks=2, backend='gloo', torch_threads_per_rank=1, raw={})
+    t = time.time()
+    try:
+        for name in names:
+            res['raw'][name] = run_scenario(name, work/name, a)
+            res['machine'][f'uptime_after_{name}'] = uptime()
+        res['scenarios'] = {k: account(v) for k, v in res['raw'].items()}
+        if a.import_reps: res['imports'] = import_costs(a.import_reps)
+        res['machine']['uptime_after'] = uptime()
+        res['total_seconds'] = time.time() - t
+        report(res, out)
+    finally:
+        if a.keep or a.workdir: print(f'work folder: {work}')
+        else: shutil.rmtree(work, ignore_errors=True)
+    return res
+
+if __name__ == '__main__': main()

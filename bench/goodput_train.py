@@ -1,0 +1,123 @@
+"""One rank of the training job that `bench/goodput_bench.py` preempts: fastai + ddpsafe under `torchrun`, logging when each
+part of its life happened.
+
+    GOODPUT_LOG=DIR GOODPUT_LAUNCH=N torchrun --nproc_per_node 2 bench/goodput_train.py PATH [--save-every-seconds 30] [--hidden 512] [--fast-exit]
+
+An MLP (256 -> hidden -> hidden -> 1) on random data, fastai `DataLoaders` (no worker processes), 64 items per rank and
+batch, 400 batches per epoch and more epochs than any run lasts, trained with plain `fit` inside `learn.distrib_ctx()`
+(gloo on CPU; run it with `OMP_NUM_THREADS=1`) and a `CheckpointCallback(every_epoch=None, every_seconds=S)` saving to
+`PATH/checkpoints`: periodic saves bound the work a `SIGKILL` loses, a `SIGTERM` saves and exits 75.
+
+Every rank appends one JSON line per event to `DIR/launch{N}.rank{r}.jsonl` (line-buffered: a `SIGKILL` loses at most
+the line being written), each with `t` = `time.time()`:
+
+    proc             the process's start, from /proc/self/stat (10 ms resolution), with `pid`
+    py_start         the first line of this script ran
+    import_torch, import_fastai, import_ddpsafe    each group of imports done
+    learner          data and model built
+    fit_start        `CheckpointCallback.before_fit` begins (the process group is up, the model wrapped in DDP)
+    resume_start, resume_end    around `CheckpointCallback._resume` (finding, verifying and loading a checkpoint), `step` = where it resumed
+    fit_ready        `before_fit` done: the loop starts (a resume first draws and drops the batches already done)
+    save_start, save_end        around every `CheckpointCallback.save`, `step`, `reason`, `saved`
+    step             after every optimizer step (after a save at that step), `g` = the global step
+    fit_end, exit    `fit` returned or raised; the interpreter's exit (atexit: not after a SIGKILL), before its teardown
+
+`--fast-exit` ends the process with `os._exit` once the atexit handlers have run, skipping the interpreter's teardown of
+torch, fastai and the rest (seconds on a loaded machine), to measure what that would save.
+
+`GOODPUT_LAUNCH` (set by the benchmark's launch wrapper) numbers the launches of one job."""
+import time; T_PY = time.time()                       # noqa: E702  the first thing this process does
+import os, sys, json, atexit, argparse
+
+RANK, LAUNCH, LOG = int(os.environ.get('RANK', '0')), os.environ.get('GOODPUT_LAUNCH', '0'), os.environ.get('GOODPUT_LOG')
+_out = open(os.path.join(LOG, f'launch{LAUNCH}.rank{RANK}.jsonl'), 'a', buffering=1) if LOG else None
+
+def ev(name:str, t:float|None=None, **kw):
+    "Append one event line"
+    if _out is None: return
+    _out.write(json.dumps(dict(ev=name, t=time.time() if t is None else t, **kw)) + '\n')
+
+def proc_start() -> float:
+    "This process's start time (epoch seconds), from /proc/self/stat's start time in clock ticks since boot"
+    try:
+        ticks = int(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19])
+        return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - ticks/os.sysconf('SC_CLK_TCK'))
+    except (OSError, ValueError, IndexError): return T_PY
+
+ev('proc', proc_start(), pid=os.getpid())
+ev('py_start', T_PY)
+atexit.register(lambda: ev('exit'))
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('path')
+    p.add_argument('--save-every-seconds', type=float, default=30., help="CheckpointCallback's every_seconds")
+    p.add_argument('--hidden', type=int, default=512, help='width of the two hidden layers')
+    p.add_argument('--batches', type=int, default=400, help='training batches per rank and epoch')
+    p.add_argument('--epochs', type=int, default=10000)
+    p.add_argument('--fast-exit', action='store_true', help="after fit, run the atexit handlers, flush, and os._exit: no interpreter teardown")
+    return p.parse_args(argv)
+
+def main(argv=None):
+    a = parse_args(argv)
+    import torch
+    ev('import_torch')
+    from torch import nn
+    from torch.utils.data import TensorDataset
+    from fastai.data.core import DataLoaders
+    from fastai.learner import Learner
+    from fastai.callback.progress import ProgressCallback
+    import fastai.distributed
+    ev('import_fastai')
+    import ddpsafe.all                                    # the fastai patches (DDP on CPU included)
+    from ddpsafe.checkpoint import CheckpointCallback
+    ev('import_ddpsafe')
+
+    class TimedCheckpoint(CheckpointCallback):
+        "`CheckpointCallback`, with events around its set-up, resume and saves and after each optimizer step"
+        def before_fit(self):
+            ev('fit_start')
+            super().before_fit()
+            ev('fit_ready')
+        def _resume(self):
+            ev('resume_start')
+            try: super()._resume()
+            finally: ev('resume_end', step=self.steps_before + self.fit_steps)
+        def save(self, reason='request', stop=False, finished=False):
+            g = self.steps_before + self.fit_steps
+            ev('save_start', step=g, reason=reason)
+            saved = super().save(reason, stop=stop, finished=finished)
+            ev('save_end', step=g, reason=reason, saved=saved)
+            return saved
+        def after_batch(self):
+            before = self.fit_steps
+            try: super().after_batch()
+            finally:
+                if self.fit_steps != before: ev('step', g=self.steps_before + self.fit_steps)
+
+    n_in, bs = 256, 64
+    g = torch.Generator().manual_seed(0)
+    n = a.batches*bs*2                                    # 2 ranks
+    x, y = torch.randn(n, n_in, generator=g), torch.randn(n, 1, generator=g)
+    dls = DataLoaders.from_dsets(TensorDataset(x, y), TensorDataset(x[:bs*2], y[:bs*2]), bs=bs, device='cpu', path=a.path, num_workers=0)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(n_in, a.hidden), nn.ReLU(), nn.Linear(a.hidden, a.hidden), nn.ReLU(), nn.Linear(a.hidden, 1))
+    learn = Learner(dls, model, loss_func=nn.MSELoss(), path=a.path)
+    learn.remove_cbs([cb for cb in learn.cbs if isinstance(cb, ProgressCallback)])
+    learn.logger = lambda *a, **k: None
+    ev('learner')
+    try:
+        with learn.distrib_ctx():
+            learn.fit(a.epochs, 1e-4, cbs=TimedCheckpoint(every_epoch=None, every_seconds=a.save_every_seconds))
+    finally: ev('fit_end')
+
+if __name__ == '__main__':
+    if '--fast-exit' not in sys.argv[1:]: main()
+    else:                                                 # what skipping the interpreter's teardown (about 1 s for torch alone) saves
+        try: main(); code = 0
+        except SystemExit as e: code = e.code if isinstance(e.code, int) else 1
+        except BaseException:
+            import traceback; traceback.print_exc(); code = 1
+        atexit._run_exitfuncs()
+        sys.stdout.flush(); sys.stderr.flush()
+        os._exit(code)
