@@ -82,6 +82,7 @@ def _apply(module:str, target:str, f):
     cls = getattr(mod, owner)
     _keep(target, cls.__dict__.get(name))
     f.__name__, f.__qualname__ = name, target
+    f.__code__ = f.__code__.replace(co_name=name, **({'co_qualname': target} if hasattr(f.__code__, 'co_qualname') else {}))
     setattr(cls, name, f)
 
 def _apply_waiting(module:str):
