@@ -9,40 +9,18 @@ from __future__ import annotations
 import os, sys, shutil, tempfile, warnings, weakref
 from pathlib import Path
 import torch
-from fastcore.basics import patch
 from fastai.torch_core import find_bs
 from fastai.learner import Learner
 from fastai.callback.core import Callback, CancelFitException, GatherPredsCallback
 from .core import *
 from .io import *
-from .learner import fastai_stock, when_imported
+from .learner import fastai_stock, patch_fastai
 
 # %% auto #0
-__all__ = ['patch_fastai', 'fitting', 'training_fit', 'at_fit_end']
+__all__ = ['fitting', 'training_fit', 'at_fit_end', 'patch_fastai']
 
 # %% ../nbs/04_callbacks.ipynb #3c3b2095
-_deferred = {}   # fastai module -> patches waiting for it to be imported
-
-def patch_fastai(module:str, # The fastai module that defines the class, e.g. 'fastai.callback.tracker'
-                 target:str  # 'Class.method' to set
-                ):
-    "Decorator: make the function `module`'s `target` once imported"
-    cls_name, name = target.split('.')
-    def deco(f):
-        def apply():
-            cls = getattr(sys.modules[module], cls_name)
-            fastai_stock.setdefault(target, cls.__dict__.get(name))
-            f.__name__, f.__qualname__ = name, target
-            setattr(cls, name, f)
-        if module in sys.modules: apply()
-        elif module in _deferred: _deferred[module].append(apply)
-        else:
-            _deferred[module] = [apply]
-            when_imported(module, lambda: [a() for a in _deferred.pop(module)])
-        return f
-    return deco
-
-fastai_stock.setdefault('Learner.fit', Learner.fit); fastai_stock.setdefault('GatherPredsCallback.after_batch', GatherPredsCallback.after_batch)
+_all_ = ['patch_fastai']   # defined in `ddpsafe.learner`; still importable from here
 
 # %% ../nbs/04_callbacks.ipynb #484fb9af
 _fits = weakref.WeakKeyDictionary()   # learner -> what to close when its `fit` ends, while it is inside one
@@ -60,8 +38,8 @@ def at_fit_end(learn:Learner, close):
     _fits[learn].append(close)
 
 # %% ../nbs/04_callbacks.ipynb #d05f3c17
-@patch
-def fit(self:Learner, n_epoch, lr=None, wd=None, cbs=None, reset_opt=False, start_epoch=0):
+@patch_fastai('fastai.learner', 'Learner.fit')
+def learner_fit(self, n_epoch, lr=None, wd=None, cbs=None, reset_opt=False, start_epoch=0):
     "fastai's `fit`, marking its span for `fitting`, `at_fit_end` and the heartbeat's `watching_progress`"
     if fitting(self): return fastai_stock['Learner.fit'](self, n_epoch, lr=lr, wd=wd, cbs=cbs, reset_opt=reset_opt, start_epoch=start_epoch)
     _fits[self] = []
@@ -71,10 +49,8 @@ def fit(self:Learner, n_epoch, lr=None, wd=None, cbs=None, reset_opt=False, star
         for close in _fits.pop(self, []): close()
 
 # %% ../nbs/04_callbacks.ipynb #570c28e1
-fastai_stock.setdefault('Learner.one_batch', Learner.one_batch)
-
-@patch
-def one_batch(self:Learner, i, b):
+@patch_fastai('fastai.learner', 'Learner.one_batch')
+def learner_one_batch(self, i, b):
     "fastai's `one_batch`, counted for the heartbeat (`count_batch`)"
     count_batch()
     return fastai_stock['Learner.one_batch'](self, i, b)
@@ -149,8 +125,8 @@ def lr_finder_after_fit(self):
     on_main(shutil.rmtree, tmp, ignore_errors=True)
 
 # %% ../nbs/04_callbacks.ipynb #9e8b73e7
-@patch
-def after_batch(self:GatherPredsCallback):
+@patch_fastai('fastai.callback.core', 'GatherPredsCallback.after_batch')
+def gather_preds_after_batch(self):
     "fastai's, writing `save_preds`/`save_targs` files atomically on rank 0"
     if not hasattr(self, 'pred'): return
     preds,targs = self.learn.to_detach(self.pred),self.learn.to_detach(self.yb)

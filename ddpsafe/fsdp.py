@@ -10,11 +10,11 @@ import copy
 from contextlib import contextmanager
 import torch, torch.distributed as dist
 from torch import nn
-from fastcore.basics import patch, noop
+from fastcore.basics import noop
 from fastai.learner import Learner
 from fastai.callback.core import Callback
 from .core import *
-from .learner import start_process_group
+from .learner import start_process_group, patch_fastai
 from .sharded import _device
 
 # %% auto #0
@@ -76,12 +76,12 @@ class ShardedTrainer(Callback):
     def before_validate(self): self.learn.dl = self._wrap_dl(self.learn.dl)
     def after_fit(self): self.learn.dls.loaders = self.old_dls
 
-@patch
+@patch_fastai('fastai.learner', 'Learner.fsdp_ctx')
 @contextmanager
-def fsdp_ctx(self:Learner,
-             min_params:int=10**6, # A module holding this many parameters outside smaller units is sharded as a unit
-             policy=None,          # `policy(module) -> bool` picks the units instead
-             **kwargs):            # Passed to `fully_shard`: `mp_policy`, `reshard_after_forward`, `offload_policy`...
+def learner_fsdp_ctx(self,
+                     min_params:int=10**6, # A module holding this many parameters outside smaller units is sharded as a unit
+                     policy=None,          # `policy(module) -> bool` picks the units instead
+                     **kwargs):            # Passed to `fully_shard`: `mp_policy`, `reshard_after_forward`, `offload_policy`...
     "Train with FSDP2 inside the block; `learn.model` is a plain module with the trained weights after it"
     started, skeleton, cb, bar, done = start_process_group(), None, None, None, False
     try:

@@ -14,7 +14,7 @@ import numpy as np
 import torch, torch.distributed as dist
 from torch import nn
 import cloudpickle
-from fastcore.basics import patch, patch_to, ifnone, noop
+from fastcore.basics import ifnone, noop
 from fastcore.meta import delegates
 from fastcore.foundation import L
 from fastcore.xtras import join_path_file
@@ -28,28 +28,28 @@ from .sharded import is_sharded, full_weights, load_full_weights, full_optimizer
 from .io import *
 
 # %% auto #0
-__all__ = ['fastai_stock', 'BN_ON_CPU_NOTE', 'when_imported', 'has_batchnorm', 'usable_sync_bn', 'start_process_group',
-           'patch_distributed', 'fastai_safe_globals', 'save_model', 'load_model', 'pickled_modules', 'from_ddpsafe',
-           'ddpsafe_parts', 'without_ddpsafe', 'load_learner', 'patch_text_learner', 'load_dls']
-
-# %% ../nbs/03_learner.ipynb #8d1594d8
-fastai_stock = ddpsafe.__dict__.setdefault('_fastai_stock', dict(   # fastai's originals, once a process: kept in ddpsafe's package, never in fastai's
-    save_model=fastai.learner.save_model, load_model=fastai.learner.load_model, load_learner=fastai.learner.load_learner,
-    Learner_save=Learner.save, Learner_load=Learner.load, Learner_export=Learner.export))
+__all__ = ['fastai_stock', 'fastai_patches', 'BN_ON_CPU_NOTE', 'when_imported', 'patch_fastai', 'has_batchnorm', 'usable_sync_bn',
+           'start_process_group', 'patch_distributed', 'fastai_safe_globals', 'save_model', 'load_model',
+           'pickled_modules', 'from_ddpsafe', 'ddpsafe_parts', 'without_ddpsafe', 'load_learner', 'patch_text_learner',
+           'load_dls']
 
 # %% ../nbs/03_learner.ipynb #4299ebb3
 import importlib.abc, importlib.util
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    "Call `f` after module `name` is first imported"
-    def __init__(self, name, f): self.name,self.f = name,f
+    "Call `f` after module `name` is first imported; a mere `find_spec` of it leaves the hook in place"
+    def __init__(self, name, f): self.name,self.f,self.busy = name,f,False
     def find_spec(self, fullname, path, target=None):
-        if fullname != self.name: return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
+        if fullname != self.name or self.busy: return None
+        self.busy = True
+        try: spec = importlib.util.find_spec(fullname)     # the other finders' spec
+        finally: self.busy = False
         if spec is None or spec.loader is None: return spec
         run = spec.loader.exec_module
-        def exec_module(module): run(module); self.f()
+        def exec_module(module):
+            run(module)
+            if self in sys.meta_path: sys.meta_path.remove(self)
+            self.f()
         spec.loader.exec_module = exec_module
         return spec
 
@@ -57,6 +57,52 @@ def when_imported(name:str, f):
     "Call `f` once module `name` is imported"
     if name in sys.modules: f()
     else: sys.meta_path.insert(0, _AfterImport(name, f))
+
+# %% ../nbs/03_learner.ipynb #a06a36ef
+fastai_stock = ddpsafe.__dict__.setdefault('_fastai_stock', {})       # target -> fastai's (or torch's) original, `None` for a method ddpsafe adds: once a process, in ddpsafe's package
+fastai_patches = ddpsafe.__dict__.setdefault('_fastai_patches', {})   # (module, target) -> ddpsafe's function: every target given to `patch_fastai`
+_waiting = ddpsafe.__dict__.setdefault('_fastai_waiting', {})         # module -> {target: function}, until the module is imported
+
+def _rebind(lib:str, old:list, new):
+    "Point every name in a loaded module of `lib` that is bound to one of `old` at `new`"
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not (name == lib or name.startswith(lib + '.')): continue
+        for attr, val in list(vars(mod).items()):
+            if any(val is o for o in old): setattr(mod, attr, new)
+
+def _keep(target:str, original):
+    "`target`'s original in `fastai_stock`: `original`, unless one was kept before in this process"
+    if target not in fastai_stock: fastai_stock[target] = original
+    return fastai_stock[target]
+
+def _apply(module:str, target:str, f):
+    "Make `f` the `target` of imported `module`, keeping the original the first time"
+    mod, (owner, _, name) = sys.modules[module], target.rpartition('.')
+    if not owner: return _rebind(module.split('.')[0], [_keep(target, getattr(mod, name)), getattr(mod, name)], f)
+    cls = getattr(mod, owner)
+    _keep(target, cls.__dict__.get(name))
+    f.__name__, f.__qualname__ = name, target
+    f.__code__ = f.__code__.replace(co_name=name, **({'co_qualname': target} if hasattr(f.__code__, 'co_qualname') else {}))
+    setattr(cls, name, f)
+
+def _apply_waiting(module:str):
+    "Apply the patches that waited for `module` to be imported"
+    for target, f in _waiting.pop(module, {}).items(): _apply(module, target, f)
+
+def patch_fastai(module:str, # The module that defines the target: 'fastai.callback.tracker', 'torch.utils.data.dataloader'
+                 target:str  # 'Class.method' (replaced or added), or 'function' (replaced wherever its library bound it)
+                ):
+    "Decorator: make the function `module`'s `target`, now or once `module` is imported"
+    def deco(f):
+        if other := next((m for m, t in fastai_patches if t == target and m != module), None):
+            raise ValueError(f"patch_fastai: {target} is patched in {other} already, and `fastai_stock` keeps one original per name")
+        fastai_patches[module, target] = f
+        if module in sys.modules: _apply(module, target, f)
+        else:
+            if module not in _waiting: when_imported(module, lambda: _apply_waiting(module))
+            _waiting.setdefault(module, {})[target] = f
+        return f
+    return deco
 
 # %% ../nbs/03_learner.ipynb #416afe24
 BN_ON_CPU_NOTE = ("ddpsafe: training with sync_bn=False: the model has BatchNorm layers and this machine has no CUDA, and DDP's "
@@ -93,7 +139,7 @@ def patch_distributed():
     "Patch fastai's DDP for CPU and bounded waits"
     import fastai.distributed as fd
 
-    @patch_to(fd.DistributedDL)
+    @patch_fastai('fastai.distributed', 'DistributedDL._broadcast')
     def _broadcast(self, t, rank):
         "Broadcast `t` from `rank`; on CUDA only for NCCL, which needs it"
         t = torch.LongTensor(t)
@@ -101,7 +147,7 @@ def patch_distributed():
         dist.broadcast(t, rank)
         return t.cpu().tolist()
 
-    @patch_to(fd.DistributedTrainer)
+    @patch_fastai('fastai.distributed', 'DistributedTrainer.__init__')
     @delegates(fd.Accelerator, but=fd._hidden_params)
     def __init__(self, sync_bn=True, **kwargs): # Whether to replace all batch norm with `nn.SyncBatchNorm`
         "fastai's `DistributedTrainer`, asking accelerate for the CPU when there is no CUDA, its collectives bounded"
@@ -110,7 +156,7 @@ def patch_distributed():
         self.accelerator = fd.Accelerator(**kwargs)
         bound_process_group()
 
-    @patch_to(fd.DistributedTrainer)
+    @patch_fastai('fastai.distributed', 'DistributedTrainer.before_fit')
     def before_fit(self):
         "fastai's, with `sync_bn` only where DDP can sync BatchNorm (`usable_sync_bn`)"
         self.sync_bn = usable_sync_bn(self.model, self.sync_bn)
@@ -120,7 +166,7 @@ def patch_distributed():
         self.learn.dls.loaders = [self._wrap_dl(dl) for dl in self.dls]
         if fd.rank_distrib(): self.learn.logger = noop
 
-    @patch_to(Learner)
+    @patch_fastai('fastai.distributed', 'Learner.distrib_ctx')
     @contextmanager
     @delegates(fd.Accelerator, but=fd._hidden_params)
     def distrib_ctx(self,
@@ -163,6 +209,8 @@ def save_model(file,                 # Where to write
     if with_opt: state = {'model': state, 'opt': full_optimizer_state(opt.state_dict())}
     return atomic_save(state, file, pickle_protocol=pickle_protocol, **torch_save_kwargs)
 
+patch_fastai('fastai.learner', 'save_model')(save_model)   # fastai's name, in each fastai module that bound it
+
 # %% ../nbs/03_learner.ipynb #15a8b510
 def _load_state(file, device=None, **torch_load_kwargs):
     "The state in `file`, read on every rank by `safe_load`"
@@ -198,18 +246,20 @@ def load_model(file,                # The file to read
         except Exception: warnings.warn(f'{file}: could not load the optimizer state; the model weights were loaded')
     elif with_opt: warnings.warn(f"{file} doesn't contain an optimizer state; the model weights were loaded")
 
+patch_fastai('fastai.learner', 'load_model')(load_model)
+
 # %% ../nbs/03_learner.ipynb #e86ccfc6
-@patch
+@patch_fastai('fastai.learner', 'Learner.save')
 @delegates(save_model)
-def save(self:Learner, file, **kwargs):
+def learner_save(self, file, **kwargs):
     "Save model and optimizer state to `file` atomically on rank 0"
     file = join_path_file(file, self.path/self.model_dir, ext='.pth')
     return save_model(file, self.model, getattr(self, 'opt', None), **kwargs)
 
 # %% ../nbs/03_learner.ipynb #b29314ad
-@patch
+@patch_fastai('fastai.learner', 'Learner.load')
 @delegates(load_model)
-def load(self:Learner, file, device=None, **kwargs):
+def learner_load(self, file, device=None, **kwargs):
     "Load model and optimizer state from `file` on every rank"
     if device is None and hasattr(self.dls, 'device'): device = self.dls.device
     if self.opt is None: self.create_opt()
@@ -255,8 +305,8 @@ def without_ddpsafe(learn:Learner):
         vars(learn).update(attrs)
 
 # %% ../nbs/03_learner.ipynb #56406b3d
-@patch
-def export(self:Learner, fname='export.pkl', pickle_module=cloudpickle, pickle_protocol=2):
+@patch_fastai('fastai.learner', 'Learner.export')
+def learner_export(self, fname='export.pkl', pickle_module=cloudpickle, pickle_protocol=2):
     "Export `self` for inference, atomically on rank 0, without ddpsafe's callbacks: the file needs fastai, not ddpsafe"
     def write(tmp):
         self._end_cleanup()
@@ -277,6 +327,8 @@ def load_learner(fname, cpu=True, pickle_module=pickle):
     "fastai's `load_learner` on every rank, once `fname` is complete"
     return collective_read(Path(fname), lambda data: fastai_stock['load_learner'](io.BytesIO(data), cpu=cpu, pickle_module=pickle_module))
 
+patch_fastai('fastai.learner', 'load_learner')(load_learner)
+
 # %% ../nbs/03_learner.ipynb #2724ac61
 def _encoder(learn):
     "The encoder of `learn`'s text model, without DDP"
@@ -287,12 +339,12 @@ def patch_text_learner():
     "Make `TextLearner.save_encoder`, `load_encoder` and `load` safe under DDP"
     from fastai.text.learner import TextLearner, clean_raw_keys
 
-    @patch_to(TextLearner)
+    @patch_fastai('fastai.text.learner', 'TextLearner.save_encoder')
     def save_encoder(self, file:str): # Filename for `Encoder`
         "Save the encoder to `file` in the model directory, once, on rank 0, atomically"
         return atomic_save(_encoder(self).state_dict(), join_path_file(file, self.path/self.model_dir, ext='.pth'))
 
-    @patch_to(TextLearner)
+    @patch_fastai('fastai.text.learner', 'TextLearner.load_encoder')
     def load_encoder(self, file:str, device=None): # Filename of the saved encoder; device, default `dls` device
         "Load the encoder `file` on every rank"
         file = join_path_file(file, self.path/self.model_dir, ext='.pth')
@@ -300,7 +352,7 @@ def patch_text_learner():
         self.freeze()
         return self
 
-    @patch_to(TextLearner)
+    @patch_fastai('fastai.text.learner', 'TextLearner.load')
     @delegates(load_model)
     def load(self, file, with_opt=None, device=None, **kwargs):
         "Load model and optimizer state from `file` on every rank"
@@ -313,8 +365,8 @@ def patch_text_learner():
 when_imported('fastai.text.learner', patch_text_learner)
 
 # %% ../nbs/03_learner.ipynb #ac606964
-@patch
-def save(self:DataLoaders, file='dls.pkl', pickle_module=cloudpickle, pickle_protocol=2):
+@patch_fastai('fastai.data.core', 'DataLoaders.save')
+def dataloaders_save(self, file='dls.pkl', pickle_module=cloudpickle, pickle_protocol=2):
     "Save these `DataLoaders` to `file` atomically on rank 0"
     return atomic_save(self, Path(self.path)/file, pickle_module=pickle_module, pickle_protocol=pickle_protocol)
 
@@ -323,14 +375,3 @@ def load_dls(file,                # A file written by `DataLoaders.save`
     "`DataLoaders` from `file`, on every rank once complete"
     dls = safe_load(file, unsafe_pickle=True)
     return dls.to(device) if device is not None else dls
-
-# %% ../nbs/03_learner.ipynb #490e6ec7
-def _replace_in_fastai(old, new):
-    "Rebind fastai modules' names for `old` to `new`"
-    for name, mod in list(sys.modules.items()):
-        if not name.startswith('fastai') or mod is None: continue
-        for attr, val in list(vars(mod).items()):
-            if val is old: setattr(mod, attr, new)
-
-for _name, _new in [('save_model', save_model), ('load_model', load_model), ('load_learner', load_learner)]:
-    _replace_in_fastai(fastai_stock[_name], _new)

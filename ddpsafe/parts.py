@@ -183,10 +183,9 @@ def set_loader_state(dl, s) -> bool:
 
 # %% ../nbs/07b_parts.ipynb #12db519f
 from .preempt import watch_worker_start
-from .learner import when_imported
 
 _TORCHDATA = 'torchdata.stateful_dataloader.stateful_dataloader'
-when_imported(_TORCHDATA, lambda: watch_worker_start(sys.modules[_TORCHDATA]._StatefulMultiProcessingDataLoaderIter, named=False))
+watch_worker_start(_TORCHDATA, '_StatefulMultiProcessingDataLoaderIter', named=False)
 
 # %% ../nbs/07b_parts.ipynb #7b000020
 def _plain(o):

@@ -10,9 +10,8 @@ import os, sys, time, signal, threading, warnings
 from contextlib import contextmanager
 from pathlib import Path
 import torch, torch.distributed as dist
-import ddpsafe
-from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 from .core import *
+from .learner import fastai_stock, patch_fastai
 from .commit import storage_for, as_path
 
 # %% auto #0
@@ -236,7 +235,6 @@ def _start_method(loader) -> str:
     return ctx.get_start_method() if hasattr(ctx, 'get_start_method') else str(ctx)
 
 _said_prone = False
-_worker_starts = ddpsafe.__dict__.setdefault('_worker_starts', {})   # iterator class -> its own `__init__`: kept in the package, never on torch's class
 
 def _say_prone():
     "Say once, on rank 0, that this Python's forked workers can deadlock, and what ddpsafe does about it"
@@ -246,11 +244,14 @@ def _say_prone():
                         f'(CPython gh-112275, fixed in 3.12 and in 3.8-3.11 from September 2024); a worker that has not started '
                         f'within {WORKER_START_SECONDS:g}s is killed and started again with the same seeds')
 
-def watch_worker_start(cls,              # A multiprocessing DataLoader iterator class: torch's, or one written after it
+def watch_worker_start(module:str,       # The module that defines `cls`: torch's, or one written after it
+                       cls:str,          # Its multiprocessing DataLoader iterator class
                        named:bool=True): # Does its worker loop name its process `pt_data_worker` (torch's does, torchdata's not)?
-    "Patch `cls.__init__`: workers start with the stop signals blocked; forked ones that never reach their loop start again"
-    stock = _worker_starts.setdefault(cls, cls.__init__)
+    "Patch `cls.__init__`, now or once `module` is imported: workers start with the stop signals blocked; forked ones that never reach their loop start again"
+    target = f'{cls}.__init__'
+    @patch_fastai(module, target)
     def __init__(self, loader, *args, **kwargs):
+        stock = fastai_stock[target]                                # torch's own
         sigs, forked = stop_signals(), named and _start_method(loader) == 'fork' and sys.platform.startswith('linux')
         if sigs and _start_method(loader) != 'fork': resource_tracker.ensure_running()   # its first start unblocks SIGTERM
         if sigs: _blocked_iters.add(self)                           # `stop_workers` ends them at exit
@@ -265,7 +266,6 @@ def watch_worker_start(cls,              # A multiprocessing DataLoader iterator
             if attempt == WORKER_START_TRIES: raise WorkerStartError(f'rank {rank()}: {what}, {attempt} starts in a row')
             warnings.warn(f'ddpsafe: rank {rank()}: {what}: stuck in the interpreter after fork (CPython gh-112275: 3.8-3.11 before '
                           f'their September 2024 releases; this is {sys.version.split()[0]}); killed, and started again with the same seeds')
-    __init__.__doc__ = f"{cls.__name__}'s start, watched by ddpsafe"
-    cls.__init__ = __init__
+    __init__.__doc__ = f"{cls}'s start, watched by ddpsafe"
 
-watch_worker_start(_MultiProcessingDataLoaderIter)
+watch_worker_start('torch.utils.data.dataloader', '_MultiProcessingDataLoaderIter')

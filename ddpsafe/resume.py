@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys, errno, threading, weakref
 from pathlib import Path
 import numpy as np, torch
-from fastcore.basics import patch
 from fastai.learner import Learner
 from fastai.optimizer import OptimWrapper
 from fastai.callback.core import CancelEpochException, CancelStepException, CancelBackwardException
@@ -42,18 +41,18 @@ def step_lock(learn:Learner) -> threading.RLock:
         if learn not in _locks: _locks[learn] = threading.RLock()
         return _locks[learn]
 
-@patch
-def _do_grad_opt(self:Learner):
+@patch_fastai('fastai.learner', 'Learner._do_grad_opt')
+def learner_do_grad_opt(self):
     "fastai's backward and step, the step under `step_lock`"
     self._with_events(self._backward, 'backward', CancelBackwardException)
     with step_lock(self): self._with_events(self._step, 'step', CancelStepException)
     self.opt.zero_grad()
 
 # %% ../nbs/07e_resume.ipynb #b51fe820
-@patch
-def snapshot(self:Learner,
-             buffers:StateBuffers|None=None # Buffers to refill; new ones when `None`
-            ) -> dict:
+@patch_fastai('fastai.learner', 'Learner.snapshot')
+def learner_snapshot(self,
+                     buffers:StateBuffers|None=None # Buffers to refill; new ones when `None`
+                    ) -> dict:
     "A CPU copy of the model and optimizer at one step boundary (collective for a sharded model)"
     with step_lock(self):
         state = dict(model=model_weights(self.model), opt=full_optimizer_state(self.opt.state_dict()) if self.opt is not None else None)
@@ -87,8 +86,8 @@ def learner_fine_tune(self, epochs, base_lr=2e-3, freeze_epochs=1, lr_mult=100, 
     finally: run.fits_left = 0
 
 # %% ../nbs/07e_resume.ipynb #15a777e8
-@patch
-def _do_fit(self:Learner):
+@patch_fastai('fastai.learner', 'Learner._do_fit')
+def learner_do_fit(self):
     "fastai's epoch loop, from a resume's epoch"
     run = run_state(self)
     start, run.start_epoch = run.start_epoch, 0
@@ -99,8 +98,8 @@ def _do_fit(self:Learner):
         self.epoch = epoch
         self._with_events(self._do_epoch, 'epoch', CancelEpochException)
 
-@patch
-def all_batches(self:Learner):
+@patch_fastai('fastai.learner', 'Learner.all_batches')
+def learner_all_batches(self):
     "fastai's batch loop, from a resume's batch"
     self.n_iter = len(self.dl)
     run = run_state(self)

@@ -90,7 +90,7 @@ def test_export_loads_without_ddpsafe(tmp_path):
 def test_stock_export_fails_without_ddpsafe(tmp_path):
     "fastai's own export keeps the `CheckpointCallback`: where ddpsafe is missing, `load_learner` fails; where it is, it loads"
     learn = trained(tmp_path, 'Learner')
-    fastai_stock['Learner_export'](learn)
+    fastai_stock['Learner.export'](learn)
     f = tmp_path/'export.pkl'
     assert b'ddpsafe' in _pickle_of(f) and 'ddpsafe.checkpoint' in pickled_modules(f)
     (tmp_path/'files.json').write_text(json.dumps([str(f)]))
