@@ -158,12 +158,13 @@ def patch_distributed():
 
     @patch_fastai('fastai.distributed', 'DistributedTrainer.before_fit')
     def before_fit(self):
-        "fastai's, with `sync_bn` only where DDP can sync BatchNorm (`usable_sync_bn`)"
+        "fastai's, with `sync_bn` only where DDP can sync BatchNorm (`usable_sync_bn`), and a model accelerate leaves unwrapped"
         self.sync_bn = usable_sync_bn(self.model, self.sync_bn)
         self.learn.model = self.accelerator.prepare(
             nn.SyncBatchNorm.convert_sync_batchnorm(self.model) if self.sync_bn else self.model)
         self.old_dls = list(self.dls)
-        self.learn.dls.loaders = [self._wrap_dl(dl) for dl in self.dls]
+        device = getattr(self.learn.model, 'device', self.accelerator.device)   # fastai's `_wrap_dl` asks DDP's `.device`
+        self.learn.dls.loaders = [dl if isinstance(dl, fd.DistributedDL) else fd.DistributedDL(dl, device=device) for dl in self.dls]
         if fd.rank_distrib(): self.learn.logger = noop
 
     @patch_fastai('fastai.distributed', 'Learner.distrib_ctx')

@@ -4,8 +4,9 @@ hand on a GPU machine: `python -m pytest tests/test_cuda.py -ra`.
 - Copies into pinned host buffers (`StateBuffers`, the asynchronous save's snapshot): pinned, equal to the GPU tensors at
   the moment of the copy, untouched by later in-place steps on the GPU.
 - 2 ranks on one GPU (gloo, CUDA tensors; NCCL refuses two ranks on one device), fastai's DDP on `cuda:0`: stopped by
-  SIGTERM mid-epoch and resumed, with synchronous and asynchronous saves and with `to_fp16()` (a CUDA `GradScaler`, saved
-  as the `scaler` part): final weights bit-identical to the uninterrupted run's, on both ranks.
+  SIGTERM mid-epoch and resumed, with synchronous and asynchronous saves, with `to_fp16()` (a CUDA `GradScaler`, saved
+  as the `scaler` part), and sharded by FSDP2 (`fsdp_ctx`, checkpoints in shards): final weights bit-identical to the
+  uninterrupted run's, on both ranks.
 - The real `torchrun` with one process per GPU and the NCCL backend (ddpsafe starts its gloo side group beside it):
   SIGTERM to torchrun mid-epoch, exit 75, and the rerun resumes to the uninterrupted run's weights."""
 from __future__ import annotations
@@ -49,9 +50,9 @@ def stopped_and_resumed(folder:Path, *args) -> list:
     return tc.weights(folder/'w'), manifest
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize('mode', ['sync', 'async', 'fp16'])
+@pytest.mark.parametrize('mode', ['sync', 'async', 'fp16', 'fsdp'])
 def test_two_ranks_on_one_gpu_resume_bit_identical(tmp_path, mode):
-    args = ('--fit', 'fit', *(['--async-save'] if mode == 'async' else []), *(['--fp16'] if mode == 'fp16' else []))
+    args = ('--fit', 'fit', *{'sync': [], 'async': ['--async-save'], 'fp16': ['--fp16'], 'fsdp': ['--fsdp']}[mode])
     codes, outs, res = tc.run(tmp_path/'whole', N_EPOCH, *args, '--out', tmp_path/'whole'/'w', env=ONE_GPU, timeout=300)
     assert codes == [0, 0], f'the uninterrupted run failed: {codes}\n' + fail_msg(outs)
     assert all(r['device'] == 'cuda:0' for r in res), [r['device'] for r in res]
