@@ -167,6 +167,12 @@ def patch_distributed():
         self.learn.dls.loaders = [dl if isinstance(dl, fd.DistributedDL) else fd.DistributedDL(dl, device=device) for dl in self.dls]
         if fd.rank_distrib(): self.learn.logger = noop
 
+    @patch_fastai('fastai.distributed', 'DistributedTrainer.after_fit')
+    def after_fit(self):
+        "fastai's: the model out of DDP again, when accelerate wrapped it, and the loaders as they were"
+        m = self.learn.model
+        self.learn.model, self.learn.dls.loaders = m.module if isinstance(m, nn.parallel.DistributedDataParallel) else m, self.old_dls
+
     @patch_fastai('fastai.distributed', 'Learner.distrib_ctx')
     @contextmanager
     @delegates(fd.Accelerator, but=fd._hidden_params)
