@@ -120,6 +120,7 @@ def main(argv=None) -> int:
         def before_fit(self):
             super().before_fit()
             say(f'FIT {self.fit_idx} START steps_before={self.steps_before}')
+            if a.nccl: say(f'DEVICES model {next(self.model.parameters()).device} data {self.dls.train.device}')
             if a.start_out:            # whole tensors on every rank, gathered from the shards under FSDP
                 from fastai.torch_core import get_model
                 from torch.distributed.tensor import DTensor
