@@ -71,7 +71,7 @@ class ShardedTrainer(Callback):
         if rank(): self.learn.logger = noop
     def _wrap_dl(self, dl):
         from fastai.distributed import DistributedDL
-        return dl if isinstance(dl, DistributedDL) else DistributedDL(dl, device=_device(self.model))   # where FSDP put the shards
+        return dl if isinstance(dl, DistributedDL) else DistributedDL(dl)
     def before_train(self): self.learn.dl = self._wrap_dl(self.learn.dl)
     def before_validate(self): self.learn.dl = self._wrap_dl(self.learn.dl)
     def after_fit(self): self.learn.dls.loaders = self.old_dls
