@@ -203,10 +203,15 @@ def _awaited_worker(it) -> str:
     except Exception: pass
     return ''
 
+def _method_names() -> dict:
+    "Code object -> method name, for ddpsafe's functions that replace or add fastai's methods (`patch_fastai`'s registry)"
+    import ddpsafe
+    return {f.__code__: t.rpartition('.')[2] for (_, t), f in ddpsafe.__dict__.get('_fastai_patches', {}).items() if hasattr(f, '__code__')}
+
 def where_waiting(frame) -> tuple:   # A thread's innermost frame
     "(where the thread waits, in words; does it wait on this rank alone?)"
-    fs = []
-    while frame is not None: fs.append((frame, frame.f_code.co_filename.replace('\\', '/'), frame.f_code.co_name)); frame = frame.f_back
+    fs, names = [], _method_names()   # a frame of ddpsafe's `all_batches` (`learner_all_batches`) is one of fastai's loop
+    while frame is not None: fs.append((frame, frame.f_code.co_filename.replace('\\', '/'), names.get(frame.f_code, frame.f_code.co_name))); frame = frame.f_back
     step = next((f', at step {s}' for f,_,n in fs if n in ('one_batch', 'all_batches') and isinstance(s := getattr(f.f_locals.get('self'), 'train_iter', None), int)), '')
     if any(any(c in fn for c in _COLLECTIVE_FILES) or ('/ddpsafe/' in fn and n in _COLLECTIVE_CALLS) or ('torch/autograd' in fn and n == 'backward')
            for _,fn,n in fs): return f'in a collective{step}', False

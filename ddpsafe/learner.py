@@ -81,8 +81,7 @@ def _apply(module:str, target:str, f):
     if not owner: return _rebind(module.split('.')[0], [_keep(target, getattr(mod, name)), getattr(mod, name)], f)
     cls = getattr(mod, owner)
     _keep(target, cls.__dict__.get(name))
-    f.__name__, f.__qualname__ = name, target
-    f.__code__ = f.__code__.replace(co_name=name, **({'co_qualname': target} if hasattr(f.__code__, 'co_qualname') else {}))
+    f.__name__, f.__qualname__ = name, target   # its frames keep the function's own name: fastcore's docments finds its source by it
     setattr(cls, name, f)
 
 def _apply_waiting(module:str):

@@ -371,7 +371,15 @@ def modidx_syms() -> dict:
         for k, (url, _) in syms.items():
             page, _, anchor = url.partition('#')
             res.setdefault(k[len(mod) + 1:], []).append((mod, re.sub(r'\.html$', '', page), anchor))
+    for qual, locs in list(res.items()):   # a function given to `patch_fastai` is listed by its target too (`Learner.save`)
+        if (target := patched_target(locs[0][0], qual)): res.setdefault(target, []).extend(locs)
     return res
+
+def patched_target(mod:str, name:str) -> str|None:
+    "The fastai target (`Learner.save`) the function `mod.name` replaces or adds through `patch_fastai`, if it is one"
+    f = getattr(importlib.import_module(mod), name, None)
+    patches = getattr(sys.modules.get('ddpsafe.learner'), 'fastai_patches', {})
+    return next((t for (_, t), g in patches.items() if f is not None and g is f), None)
 
 def lookup(qual:str, syms:dict):
     "The object `qual` (`Learner.save`) names, from the first module `_modidx.py` lists it under; None if none"
@@ -381,7 +389,8 @@ def lookup(qual:str, syms:dict):
             for part in qual.split('.'): obj = getattr(obj, part)
             return obj
         except AttributeError: continue
-    return None
+    patches = getattr(sys.modules.get('ddpsafe.learner'), 'fastai_patches', {})
+    return next((f for (_, t), f in patches.items() if t == qual), None)
 
 def heading_ids(md:str) -> list[tuple[str, str]]:
     "Each heading of a page's markdown (code blocks skipped) as (its text, its anchor), as MkDocs' toc will make them"
@@ -409,7 +418,7 @@ def entry_of(use:Use, qual:str, syms:dict, mds:dict) -> tuple[str, str]:
         return page, hit
     for _, page, anchor in syms.get(qual, []):
         ids = {a for _, a in heading_ids(mds.get(page, ''))}
-        for a in (anchor, qual.split('.')[-1].lower()):   # nbdev's anchor, else the entry's own name (`fsdp_ctx`)
+        for a in (anchor, nb_slugify(qual), qual.split('.')[-1].lower()):   # nbdev's anchor, the heading's (`Learner.save`), the name's (`fsdp_ctx`)
             if a in ids: return page, a
     raise DocsError(f'API index: {use.name} has no entry in the reference ({qual}: not in _modidx.py, or its page has '
                     f'no such heading); rename it in tools/docs.py API_GROUPS')
