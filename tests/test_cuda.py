@@ -10,7 +10,7 @@ hand on a GPU machine: `python -m pytest tests/test_cuda.py -ra`.
   with DDP: SIGTERM to torchrun mid-epoch, the run is `preempted`, and the rerun resumes to the uninterrupted run's
   weights. The same with FSDP2 (`fsdp_ctx`) is a known failure on the GPU, marked as such (strict: it fails once fixed)."""
 from __future__ import annotations
-import os, sys, json, signal, subprocess
+import os, signal, subprocess
 from pathlib import Path
 import pytest, torch
 from conftest import train_ckpt, fail_msg, needs_torchrun, TORCHRUN
@@ -69,7 +69,6 @@ def test_two_ranks_on_one_gpu_resume_bit_identical(tmp_path, mode):
     "cuda:0 and cpu' (2026-11-26); not found yet which tensor stays on the CPU. Passing here means it was fixed: drop this mark")))])
 def test_torchrun_nccl_sigterm_and_resume(tmp_path, ctx):
     "One process on the GPU under torchrun, NCCL's default group: SIGTERM to torchrun, exit 75, the rerun ends as an uninterrupted run"
-    from ddpsafe.testing import wait_until
     env = {**os.environ, 'PYTHONUNBUFFERED': '1', 'DDPSAFE_TIMEOUT': '120'}
     def run(folder, *extra, signal_after=None):
         cmd = [str(TORCHRUN), '--nproc_per_node', '1', str(tc.SCRIPT), str(folder), '6', '--fit', 'fit', '--slow', '0.05', '--nccl', *(['--fsdp'] if ctx == 'fsdp' else []), *map(str, extra)]
