@@ -30,7 +30,8 @@ def _human(n:float) -> str:
 
 def leftovers(root:Path|str) -> list:
     "Leftover folders of unfinished saves and removals in `root`"
-    return [(p, 'save' if k == 'tmp' else 'removal') for p, k in temporaries(root, final=checkpoint_step) if p.is_dir()]
+    kinds = dict(tmp='save', prev='replacement', old='removal')
+    return [(p, kinds[k]) for p, k in temporaries(root, final=checkpoint_step) if p.is_dir()]
 
 # %% ../nbs/09_cli.ipynb #e9374ba6
 def comp_name(m:dict) -> str:
@@ -109,8 +110,9 @@ def ddpsafe_verify(path:str): # A checkpoints folder, or one checkpoint
         for why in problems: print(f'  {why}')
         bad += bool(problems)
     for p, kind in stale:
-        print(f'{p}: leftover of a ' + ('save that never finished (resume ignores it; the next run removes it)' if kind == 'save'
-                                        else 'removal that never finished (an old checkpoint; the next run removes it)'))
+        print(f'{p}: leftover of a ' + dict(save='save that never finished (resume ignores it; the next run removes it)',
+                                            replacement='checkpoint being saved again (the copy it replaced; the next run puts it back if nothing replaced it)',
+                                            removal='removal that never finished (an old checkpoint; the next run removes it)')[kind])
     if not folders and not stale: print(f'{path}: no checkpoints'); return 1
     print(f'{len(folders)-bad} ok, {bad} with problems' + (f', {len(stale)} leftover temporary folder{"s"*(len(stale)>1)}' if stale else ''))
     return 1 if bad else 0

@@ -14,7 +14,8 @@ import xxhash
 # %% auto #0
 __all__ = ['UPLOAD_ATTEMPTS', 'UPLOAD_BACKOFF', 'UPLOAD_THREADS', 'is_url', 'LocalStorage', 'ObjectStorage', 'storage_for',
            'as_path', 'fsync_path', 'errno_of', 'temp_path', 'temporary_of', 'discard', 'committing', 'file_digest',
-           'HashingFile', 'FileWriter', 'write_file', 'commit_file', 'temporaries', 'clean_temporaries']
+           'HashingFile', 'FileWriter', 'write_file', 'commit_file', 'temporaries', 'restore_replaced',
+           'clean_temporaries']
 
 # %% ../nbs/01a_commit.ipynb #9b0d75ef
 _LOCAL = ('', 'file', 'local')
@@ -62,6 +63,7 @@ class LocalStorage:
     def remove(self, path): _remove(self.path(path))
     def temporaries(self, folder, final=None) -> list: return _temporaries(self.path(folder), final)
     def unfinished(self, root, final=None, marker=None) -> list: return [p for p, _ in self.temporaries(root, final)]
+    def restore_replaced(self, folder, final=None) -> list: return _restore_replaced(self.path(folder), final)
 
 # %% ../nbs/01a_commit.ipynb #80d50ab8
 class ObjectStorage:
@@ -101,6 +103,7 @@ class ObjectStorage:
     def discard(self, path, marker=None): _discard_remote(self.path(path), marker)
     def remove(self, path): _remove_remote(self.path(path))
     def temporaries(self, folder, final=None) -> list: return []   # nothing is written under another name
+    def restore_replaced(self, folder, final=None) -> list: return []   # a folder is replaced by removing it first: nothing to put back
     def unfinished(self, root, final=None, marker=None) -> list:
         "The folders in `root` whose `marker` never came"
         return [p for p in self.folders(root) if (final is None or final(p.name)) and not (marker and (p/marker).exists())]
@@ -140,10 +143,10 @@ def errno_of(e:BaseException) -> int|None:
     return None
 
 # %% ../nbs/01a_commit.ipynb #ebf102db
-_TEMP = re.compile(r'\.(?P<final>.+)\.(?P<kind>tmp|old)-(?:\d+-)?[0-9a-f]+')
+_TEMP = re.compile(r'\.(?P<final>.+)\.(?P<kind>tmp|prev|old)-(?:\d+-)?[0-9a-f]+')
 
 def temp_path(final:Path|str,  # The name the file or folder will have, or had
-              kind:str='tmp'   # 'tmp' (being written) or 'old' (being removed)
+              kind:str='tmp'   # 'tmp' (being written), 'prev' (being replaced) or 'old' (being removed)
              ) -> Path:
     "A new hidden name beside `final`: `.NAME.KIND-PID-RANDOM`"
     final = Path(final)
@@ -190,18 +193,20 @@ def committing(final:Path|str,      # The file or folder to put in place
 
 @contextmanager
 def _committing_local(final:Path, folder:bool, what:str|None, kept:str):
-    tmp = temp_path(final)
+    tmp, prev = temp_path(final), None
     try:
         if folder: tmp.mkdir()
         yield tmp
         _sync_tree(tmp)
-        if folder and final.exists(): _discard_local(final)
+        if folder and final.exists(): prev = temp_path(final, 'prev'); os.replace(final, prev)   # kept until the new one is in
         os.replace(tmp, final)
     except BaseException as e:
+        if prev and not final.exists(): os.replace(prev, final)
         _remove(tmp)
         if (code := errno_of(e)) is None: raise
         raise OSError(code, f'could not write {what or final}: {os.strerror(code)}; {kept}') from e
     _fsync(final.parent)
+    if prev: _remove(prev)
 
 # %% ../nbs/01a_commit.ipynb #87d16095
 def file_digest(path:Path|str, chunk:int=1<<22) -> str:
@@ -265,12 +270,27 @@ def _temporaries(folder:Path, final=None) -> list:
 def temporaries(folder:Path|str, # The folder to look in
                 final=None       # Keep only leftovers whose final name `final(name)` accepts (default: all)
                ) -> list:
-    "Leftover temporaries in `folder`, as (path, 'tmp' or 'old'); none on object storage"
+    "Leftover temporaries in `folder`, as (path, 'tmp', 'prev' or 'old'); none on object storage"
     return storage_for(folder).temporaries(folder, final)
 
+def _restore_replaced(folder:Path, final=None) -> list:
+    "Rename back each local folder being replaced when a crash came, if its replacement never arrived"
+    back = [(p, folder/temporary_of(p)[0]) for p, kind in _temporaries(folder, final) if kind == 'prev']
+    back = [(p, name) for p, name in back if not name.exists()]
+    for p, name in back: os.replace(p, name)
+    if back: _fsync(folder)
+    return [name for _, name in back]
+
+def restore_replaced(folder:Path|str, # The folder to look in
+                     final=None       # Only leftovers whose final name `final(name)` accepts (default: all)
+                    ) -> list:
+    "Put back the folders a crash left replaced by nothing; the names put back"
+    return storage_for(folder).restore_replaced(folder, final)
+
 def clean_temporaries(folder:Path|str, final=None) -> list:
-    "Remove what `temporaries` lists; the removed paths"
+    "Put back what `restore_replaced` finds, then remove the other leftovers; the removed paths"
     storage = storage_for(folder)
+    storage.restore_replaced(folder, final)
     stale = [p for p, _ in storage.temporaries(folder, final)]
     for p in stale: storage.remove(p)
     return stale

@@ -10,7 +10,7 @@ import copy
 from contextlib import contextmanager
 import torch, torch.distributed as dist
 from torch import nn
-from fastcore.basics import noop
+from fastcore.basics import noop, store_attr
 from fastai.learner import Learner
 from fastai.callback.core import Callback
 from .core import *
@@ -18,7 +18,7 @@ from .learner import start_process_group, patch_fastai
 from .sharded import _device
 
 # %% auto #0
-__all__ = ['shard_units', 'shard_model', 'meta_copy', 'unshard_model', 'ShardedTrainer']
+__all__ = ['shard_units', 'shard_model', 'compute_device', 'meta_copy', 'unshard_model', 'ShardedTrainer']
 
 # %% ../nbs/07a_fsdp.ipynb #15d57bb6
 def shard_units(model:nn.Module,   # The model to shard
@@ -45,6 +45,13 @@ def shard_model(model:nn.Module, # The model, changed in place
     for m in shard_units(model, min_params, policy): fully_shard(m, **kwargs)
     return model
 
+def compute_device(model:nn.Module) -> torch.device:
+    "Where the sharded `model` computes: its mesh's device, whatever the backend; the shards may be offloaded to the CPU"
+    p = next((p for p in model.parameters() if is_dtensor(p)), None)
+    if p is None: return _device(model)
+    kind = p.device_mesh.device_type
+    return torch.device(kind) if kind == 'cpu' else torch.device(kind, getattr(torch, kind).current_device())
+
 def meta_copy(model:nn.Module) -> nn.Module:
     "A copy of `model` with its parameters on the `meta` device, its buffers copied"
     memo = {id(p): nn.Parameter(torch.empty_like(p, device='meta'), p.requires_grad) for p in model.parameters()}
@@ -63,15 +70,20 @@ def unshard_model(sharded:nn.Module, # A model `shard_model` sharded
 
 # %% ../nbs/07a_fsdp.ipynb #27d981a1
 class ShardedTrainer(Callback):
-    "Split the loaders over the ranks for each fit of a sharded model"
+    "Split the loaders over the ranks for each fit of a sharded model, its batches on the shards' device"
     order = 11
+    def __init__(self,
+                 shards:torch.device,   # Where the shards live (the CPU when offloaded)
+                 device:torch.device):  # Where FSDP computes: its mesh's device
+        store_attr()
     def before_fit(self):
+        self.learn.model.to(self.shards)         # back where FSDP put the shards: fastai moved the model to the loaders' device
         self.old_dls = list(self.dls)
         self.learn.dls.loaders = [self._wrap_dl(dl) for dl in self.dls]
         if rank(): self.learn.logger = noop
     def _wrap_dl(self, dl):
         from fastai.distributed import DistributedDL
-        return dl if isinstance(dl, DistributedDL) else DistributedDL(dl)
+        return dl if isinstance(dl, DistributedDL) else DistributedDL(dl, device=self.device)   # batches where the shards are
     def before_train(self): self.learn.dl = self._wrap_dl(self.learn.dl)
     def before_validate(self): self.learn.dl = self._wrap_dl(self.learn.dl)
     def after_fit(self): self.learn.dls.loaders = self.old_dls
@@ -89,7 +101,7 @@ def learner_fsdp_ctx(self,
             bound_process_group()
             skeleton = meta_copy(self.model)
             shard_model(self.model, min_params, policy, **kwargs)
-            self.opt, cb = None, ShardedTrainer()
+            self.opt, cb = None, ShardedTrainer(_device(self.model), compute_device(self.model))
             self.add_cb(cb)
             if rank() and hasattr(self, 'progress'): bar = self.progress; self.remove_cb(bar)   # one progress bar, rank 0's
         yield self

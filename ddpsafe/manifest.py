@@ -170,8 +170,9 @@ def rotate(root:Path|str,   # The checkpoints folder
     return old
 
 def clean_incomplete(root:Path|str) -> list:
-    "Remove leftovers of unfinished checkpoint saves and removals"
+    "Put back a checkpoint a crash left replaced by nothing, then remove leftovers of unfinished saves and removals"
     storage = storage_for(root)
+    for p in storage.restore_replaced(root, final=checkpoint_step): print(f'ddpsafe: put back {p}: the run was killed while it saved this step again')
     stale = storage.unfinished(root, final=checkpoint_step, marker=MANIFEST)   # temporaries; on object storage, folders whose manifest never came
     for p in stale: storage.remove(p)
     return stale

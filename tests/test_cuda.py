@@ -8,7 +8,8 @@ hand on a GPU machine: `python -m pytest tests/test_cuda.py -ra`.
   as the `scaler` part): final weights bit-identical to the uninterrupted run's, on both ranks.
 - The real `torchrun` with one process on the GPU and the NCCL backend (ddpsafe starts its gloo side group beside it),
   with DDP: SIGTERM to torchrun mid-epoch, the run is `preempted`, and the rerun resumes to the uninterrupted run's
-  weights. The same with FSDP2 (`fsdp_ctx`) is a known failure on the GPU, marked as such (strict: it fails once fixed)."""
+  weights. The same with FSDP2 (`fsdp_ctx`): the loaders are made on the CPU, and the batches must reach the GPU where
+  `fully_shard` put the shards (the first batch failed with tensors on `cuda:0` and the CPU before `ShardedTrainer` put them there)."""
 from __future__ import annotations
 import os, signal, subprocess
 from pathlib import Path
@@ -64,9 +65,7 @@ def test_two_ranks_on_one_gpu_resume_bit_identical(tmp_path, mode):
 
 @needs_torchrun
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize('ctx', ['ddp', pytest.param('fsdp', marks=pytest.mark.xfail(strict=True, reason=(
-    "known: on an H200 with NCCL, fsdp_ctx's first batch failed with 'Expected all tensors to be on the same device, "
-    "cuda:0 and cpu' (2026-11-26); not found yet which tensor stays on the CPU. Passing here means it was fixed: drop this mark")))])
+@pytest.mark.parametrize('ctx', ['ddp', 'fsdp'])
 def test_torchrun_nccl_sigterm_and_resume(tmp_path, ctx):
     "One process on the GPU under torchrun, NCCL's default group: SIGTERM to torchrun, exit 75, the rerun ends as an uninterrupted run"
     env = {**os.environ, 'PYTHONUNBUFFERED': '1', 'DDPSAFE_TIMEOUT': '120'}
