@@ -31,7 +31,7 @@ def fitting(learn:Learner) -> bool:
 
 def training_fit(learn:Learner) -> bool:
     "Is `learn` inside a training `fit`, not `lr_find`'s?"
-    return fitting(learn) and not hasattr(learn, 'lr_finder')
+    return fitting(learn) and 'lr_finder' not in vars(learn)   # `add_cb` sets it; `hasattr` would ask the model too, at every event
 
 def at_fit_end(learn:Learner, close):
     "Call `close()` when `learn`'s current `fit` ends"

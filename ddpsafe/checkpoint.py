@@ -75,7 +75,18 @@ class CheckpointCallback(Callback):
 @patch
 def __call__(self:CheckpointCallback, event_name):
     "Run the event inside a training `fit` only"
-    if training_fit(self.learn) and callable(event := getattr(self, event_name, None)): return event()
+    if callable(event := _own_event(self, event_name)) and training_fit(self.learn): return event()
+
+def _own_event(cb, name:str):
+    "`cb`'s method for event `name` (its class's, or its own attribute), or `None`; never asked of the learner"
+    if name in vars(cb): return vars(cb)[name]
+    return None if (f := getattr(type(cb), name, None)) is None else f.__get__(cb)
+
+@patch
+def __setattr__(self:CheckpointCallback, name, value):
+    "Set an attribute; fastai's check that it does not shadow the learner's only the first time"
+    if name in vars(self): object.__setattr__(self, name, value)
+    else: super(CheckpointCallback, self).__setattr__(name, value)
 
 # %% ../nbs/08_checkpoint.ipynb #b8364e91
 @patch
