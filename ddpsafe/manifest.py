@@ -113,15 +113,21 @@ def check_checkpoint(folder:Path|str,      # A checkpoint folder
     except (FileNotFoundError, CorruptCheckpoint) as e: return [str(e)]
     return _problems(folder, m, checksums)
 
+def _digests(folder, names:list) -> dict:
+    "Name -> xxh3 of the files `names` in `folder`, read side by side: a disk serves two reads sooner than one after the other"
+    if len(names) < 2: return {n: file_digest(folder/n) for n in names}
+    with ThreadPoolExecutor(min(len(names), UPLOAD_THREADS)) as ex: return dict(zip(names, ex.map(lambda n: file_digest(folder/n), names)))
+
 def _problems(folder, m:dict, checksums:bool) -> list:
     "How `folder` differs from its manifest `m`"
-    problems, sizes = [], _sizes(folder)
+    problems, sizes, sized = [], _sizes(folder), []
     for name, want in m['files'].items():
         f = folder/name
         if (size := sizes.get(name)) is None: problems.append(f'{f}: listed in the manifest, missing on disk'); continue
-        if size != want['size']:
-            problems.append(f'{f}: {size} bytes on disk, {want["size"]} in the manifest'); continue
-        if checksums and file_digest(f) != want['xxh3']: problems.append(f'{f}: checksum differs from the manifest (the file changed after it was written)')
+        if size != want['size']: problems.append(f'{f}: {size} bytes on disk, {want["size"]} in the manifest')
+        else: sized.append(name)
+    for name, digest in (_digests(folder, sized) if checksums else {}).items():
+        if digest != m['files'][name]['xxh3']: problems.append(f'{folder/name}: checksum differs from the manifest (the file changed after it was written)')
     for part, name in m.get('parts', {}).items():    # the training state's parts, and the file each went to
         if name not in m['files']: problems.append(f'{folder/name}: holds part {part!r} of the training state, and the manifest does not list it')
     return problems
