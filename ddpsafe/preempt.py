@@ -15,9 +15,10 @@ from .learner import fastai_stock, patch_fastai
 from .commit import storage_for, as_path
 
 # %% auto #0
-__all__ = ['POLL_SECONDS', 'REMOTE_SWITCH_SECONDS', 'MAX_STEPS_PER_ROUND', 'WORKER_GRACE_SECONDS', 'WORKER_START_SECONDS',
-           'WORKER_START_TRIES', 'StopRequests', 'stop_signals', 'signals_blocked', 'stop_workers',
-           'fork_deadlock_prone', 'WorkerStartError', 'stuck_workers', 'watch_worker_start', 'REQUEUE_EXIT_CODE']
+__all__ = ['POLL_SECONDS', 'REMOTE_SWITCH_SECONDS', 'MAX_STEPS_PER_ROUND', 'ROUND_SHARE', 'WORKER_GRACE_SECONDS',
+           'WORKER_START_SECONDS', 'WORKER_START_TRIES', 'StopRequests', 'stop_signals', 'signals_blocked',
+           'stop_workers', 'fork_deadlock_prone', 'WorkerStartError', 'stuck_workers', 'watch_worker_start',
+           'REQUEUE_EXIT_CODE']
 
 # %% ../nbs/06_preempt.ipynb #d35fd14c
 from .manifest import REQUEUE_EXIT_CODE   # 75: sysexits' EX_TEMPFAIL, 'try again'; defined with the checkpoint format, which `ddpsafe-status` reads
@@ -97,14 +98,15 @@ def _switches(self:StopRequests) -> tuple:
 # %% ../nbs/06_preempt.ipynb #6869bfb0
 _NOTHING = dict(save=False, stop=False, signal=False, timer=False)
 MAX_STEPS_PER_ROUND = 100
+ROUND_SHARE = 0.75   # a round spans this share of `poll_seconds` at the last round's pace: steps may slow by a third within the bound
 
 @patch
 def _steps_per_round(self:StopRequests) -> int:
-    "How many steps until the next round starts: at most `poll_seconds` at the pace of the last round, at least one"
+    "How many steps until the next round starts: `ROUND_SHARE` of `poll_seconds` at the pace of the last round, at least one"
     now, started, self._started = time.monotonic(), self._started, time.monotonic()
     if started is None or not self.poll_seconds or not coordinating(): return 1     # alone, there is no all-reduce to wait for
     step = (now - started) / max(self._since, 1)
-    return max(1, min(MAX_STEPS_PER_ROUND, int(self.poll_seconds / step))) if step > 0 else MAX_STEPS_PER_ROUND
+    return max(1, min(MAX_STEPS_PER_ROUND, int(ROUND_SHARE*self.poll_seconds / step))) if step > 0 else MAX_STEPS_PER_ROUND
 
 @patch
 def _start(self:StopRequests):
