@@ -9,6 +9,7 @@ from __future__ import annotations
 import os, sys, shutil, tempfile, warnings, weakref
 from pathlib import Path
 import torch
+from fastcore.foundation import L
 from fastai.torch_core import find_bs
 from fastai.learner import Learner
 from fastai.callback.core import Callback, CancelFitException, GatherPredsCallback
@@ -17,7 +18,8 @@ from .io import *
 from .learner import fastai_stock, patch_fastai
 
 # %% auto #0
-__all__ = ['fitting', 'training_fit', 'at_fit_end', 'patch_fastai']
+__all__ = ['DECIDING_CALLBACKS', 'TRAINERS', 'fitting', 'training_fit', 'at_fit_end', 'CallbacksDiffer', 'deciding',
+           'trains_together', 'check_deciding_callbacks', 'patch_fastai']
 
 # %% ../nbs/04_callbacks.ipynb #3c3b2095
 _all_ = ['patch_fastai']   # defined in `ddpsafe.learner`; still importable from here
@@ -40,8 +42,9 @@ def at_fit_end(learn:Learner, close):
 # %% ../nbs/04_callbacks.ipynb #d05f3c17
 @patch_fastai('fastai.learner', 'Learner.fit')
 def learner_fit(self, n_epoch, lr=None, wd=None, cbs=None, reset_opt=False, start_epoch=0):
-    "fastai's `fit`, marking its span for `fitting`, `at_fit_end` and the heartbeat's `watching_progress`"
+    "fastai's `fit`, marking its span for `fitting`, `at_fit_end` and the heartbeat's `watching_progress`; every rank's deciding callbacks checked first"
     if fitting(self): return fastai_stock['Learner.fit'](self, n_epoch, lr=lr, wd=wd, cbs=cbs, reset_opt=reset_opt, start_epoch=start_epoch)
+    check_deciding_callbacks(self, cbs)
     _fits[self] = []
     try:
         with watching_progress(): return fastai_stock['Learner.fit'](self, n_epoch, lr=lr, wd=wd, cbs=cbs, reset_opt=reset_opt, start_epoch=start_epoch)
@@ -54,6 +57,37 @@ def learner_one_batch(self, i, b):
     "fastai's `one_batch`, counted for the heartbeat (`count_batch`)"
     count_batch()
     return fastai_stock['Learner.one_batch'](self, i, b)
+
+# %% ../nbs/04_callbacks.ipynb #489e572c
+DECIDING_CALLBACKS = [('fastai.callback.tracker', 'TrackerCallback'), ('fastai.callback.tracker', 'TerminateOnNaNCallback'),
+                      ('ddpsafe.checkpoint', 'CheckpointCallback')]   # (module, class): callbacks that decide for every rank
+TRAINERS = [('fastai.distributed', 'DistributedTrainer'), ('ddpsafe.fsdp', 'ShardedTrainer')]
+
+class CallbacksDiffer(ValueError):
+    "A callback that decides for every rank is on some ranks only"
+
+def _classes(pairs) -> tuple: return tuple(c for m,n in pairs if (c := loaded_class(m, n)) != ())
+
+def deciding(cb) -> bool:
+    "Does callback `cb` (or a callback class) take decisions that every rank must take with it?"
+    return issubclass(cb if isinstance(cb, type) else type(cb), _classes(DECIDING_CALLBACKS))
+
+def trains_together(learn:Learner) -> bool:
+    "Does `learn` train with the other ranks (DDP or sharded), so that its ranks take every step together?"
+    ddp = loaded_class('torch.nn.parallel.distributed', 'DistributedDataParallel')
+    return coordinating() and (isinstance(learn.model, ddp) or any(isinstance(cb, _classes(TRAINERS)) for cb in learn.cbs))
+
+def check_deciding_callbacks(learn:Learner, cbs=None): # The callbacks given to this `fit`
+    "Raise `CallbacksDiffer` on every rank when a callback that decides for every rank is on some ranks only"
+    if not trains_together(learn): return
+    mine = sorted({(cb if isinstance(cb, type) else type(cb)).__name__ for cb in [*learn.cbs, *L(cbs)] if deciding(cb)})
+    every = all_ranks(mine)
+    lacking = {n: [r for r,names in enumerate(every) if n not in names] for n in sorted(set().union(*every))}
+    if bad := {n: rs for n,rs in lacking.items() if rs}:
+        raise CallbacksDiffer('; '.join(f'{n} is on rank{"s" if len(every)-len(rs) > 1 else ""} {", ".join(str(r) for r in range(len(every)) if r not in rs)} '
+                                        f'only, not on rank{"s" if len(rs) > 1 else ""} {", ".join(map(str, rs))}' for n,rs in bad.items()) +
+                              ': it decides for every rank (a new best, stop, the weights to load, when to save), so every rank must have it. '
+                              "Give it to every rank's fit (`cbs=`), not only rank 0's")
 
 # %% ../nbs/04_callbacks.ipynb #fba729d3
 @patch_fastai('fastai.callback.tracker', 'TrackerCallback.__call__')
@@ -154,7 +188,7 @@ def csv_logger_before_fit(self):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.file = (self.path/self.fname).open('a' if self.append else 'w')
         _append_line(self.file, ','.join(self.recorder.metric_names))
-    on_main(_open)
+    on_main_alone(f'csv-open:{os.path.abspath(self.path/self.fname)}', _open)
     self.old_logger,self.learn.logger = self.logger,self._write_line
 
 @patch_fastai('fastai.callback.progress', 'CSVLogger._write_line')
@@ -170,7 +204,7 @@ def csv_logger_flush_lines(self, close:bool=False): # Close the file afterwards?
     def _write():
         for line in lines: _append_line(self.file, line)
         if close: self.file.close()
-    on_main(_write)
+    on_main_alone(f'csv-lines:{os.path.abspath(self.path/self.fname)}', _write)
 
 @patch_fastai('fastai.callback.progress', 'CSVLogger.after_epoch')
 def csv_logger_after_epoch(self):

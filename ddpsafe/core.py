@@ -6,18 +6,19 @@ Docs: https://ddpsafe.github.io/ddpsafe/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #e635047b
 from __future__ import annotations
-import os, re, sys, time, atexit, pickle, weakref, threading, traceback
+import os, re, sys, time, atexit, pickle, weakref, threading, traceback, sysconfig
 from datetime import timedelta
 from contextlib import contextmanager, suppress
 import torch, torch.distributed as dist
 
 # %% auto #0
-__all__ = ['STUCK_EXIT_CODE', 'live', 'rank', 'world', 'is_main', 'coordinating', 'loaded_class', 'is_dtensor', 'ddp_timeout',
-           'DistTimeout', 'CheckpointMismatch', 'start_heartbeat', 'stop_heartbeat', 'silent_ranks', 'error_line',
-           'report_failure', 'failed_ranks', 'forget_failure', 'count_batch', 'watching_progress', 'where_waiting',
-           'behind_ranks', 'peer_failure', 'name_failure', 'bound_process_group', 'side_group', 'using_side_group',
-           'release_side_group', 'broadcast_bytes', 'RemoteTraceback', 'on_main', 'agree', 'any_rank', 'all_ranks',
-           'barrier']
+__all__ = ['STUCK_EXIT_CODE', 'APART_BEATS', 'live', 'rank', 'world', 'is_main', 'coordinating', 'loaded_class', 'is_dtensor',
+           'ddp_timeout', 'DistTimeout', 'CheckpointMismatch', 'start_heartbeat', 'stop_heartbeat', 'silent_ranks',
+           'error_line', 'report_failure', 'failed_ranks', 'forget_failure', 'count_batch', 'watching_progress',
+           'where_waiting', 'behind_ranks', 'waiting_in', 'RanksApart', 'ranks_apart', 'apart_message', 'ended_ranks',
+           'peer_failure', 'name_failure', 'bound_process_group', 'side_group', 'using_side_group',
+           'release_side_group', 'broadcast_bytes', 'RemoteTraceback', 'on_main', 'on_main_alone', 'agree', 'any_rank',
+           'all_ranks', 'barrier']
 
 # %% ../nbs/00_core.ipynb #f89291bf
 def live() -> bool:
@@ -95,12 +96,14 @@ def start_heartbeat(every:float=2.): # Seconds between two beats
     for s in (writer, reader): s.set_timeout(timedelta(seconds=2*every))
     stop, key, doing_key = threading.Event(), _beat_key(rank()), _doing_key(rank())
     def beat():
+        apart = 0                                        # beats in a row that found the ranks waiting apart
         while True:
             try:
                 writer.set(key, repr(time.time()))
-                writer.set(doing_key, json.dumps(doing := _doing(every)))   # where it waits, once its batches stand still
+                writer.set(doing_key, json.dumps(doing := _doing(every)))   # the collective it waits in; where, once its batches stand still
+                apart = _apart_here(writer, doing, every, apart)
             except Exception: return                     # the store is gone, and the group with it
-            if doing and doing['alone'] and doing['waited'] > ddp_timeout(): _end_stuck(writer, doing)
+            if doing.get('alone') and doing['waited'] > ddp_timeout(): _end_stuck(writer, doing)
             if stop.wait(every): return
     t = threading.Thread(target=beat, name='ddpsafe-heartbeat', daemon=True)
     # the beat ends with the group: torch's `destroy_process_group` frees it, whoever calls it
@@ -192,8 +195,8 @@ def watching_progress():
     try: yield
     finally: _progress['fits'] -= 1
 
-_COLLECTIVE_FILES = ('torch/distributed/', 'torch/nn/parallel/')
-_COLLECTIVE_CALLS = {'broadcast_bytes', 'any_rank', 'all_ranks', 'barrier', 'poll', 'last_round'}   # ddpsafe's own
+_COLLECTIVE_MODULES = ('torch.distributed', 'torch.nn.parallel')
+_COLLECTIVE_CALLS = {'broadcast_bytes', 'any_rank', 'all_ranks', 'barrier', 'poll', 'last_round', '_wait_for_main'}   # ddpsafe's own
 
 def _awaited_worker(it) -> str:
     "' (worker pid P has not answered)' for the worker whose batch iterator `it` waits for"
@@ -203,37 +206,41 @@ def _awaited_worker(it) -> str:
     except Exception: pass
     return ''
 
-def _method_names() -> dict:
+def _method_names(full:bool=False) -> dict: # 'Learner.save' rather than 'save'?
     "Code object -> method name, for ddpsafe's functions that replace or add fastai's methods (`patch_fastai`'s registry)"
     import ddpsafe
-    return {f.__code__: t.rpartition('.')[2] for (_, t), f in ddpsafe.__dict__.get('_fastai_patches', {}).items() if hasattr(f, '__code__')}
+    return {f.__code__: t if full else t.rpartition('.')[2] for (_, t), f in ddpsafe.__dict__.get('_fastai_patches', {}).items() if hasattr(f, '__code__')}
+
+def _module(f) -> str: return f.f_globals.get('__name__') or ''
+def _ours(f) -> bool: return _module(f).split('.')[0] == 'ddpsafe'
 
 def where_waiting(frame) -> tuple:   # A thread's innermost frame
     "(where the thread waits, in words; does it wait on this rank alone?)"
     fs, names = [], _method_names()   # a frame of ddpsafe's `all_batches` (`learner_all_batches`) is one of fastai's loop
     while frame is not None: fs.append((frame, frame.f_code.co_filename.replace('\\', '/'), names.get(frame.f_code, frame.f_code.co_name))); frame = frame.f_back
     step = next((f', at step {s}' for f,_,n in fs if n in ('one_batch', 'all_batches') and isinstance(s := getattr(f.f_locals.get('self'), 'train_iter', None), int)), '')
-    if any(any(c in fn for c in _COLLECTIVE_FILES) or ('/ddpsafe/' in fn and n in _COLLECTIVE_CALLS) or ('torch/autograd' in fn and n == 'backward')
-           for _,fn,n in fs): return f'in a collective{step}', False
+    if any(_module(f).startswith(_COLLECTIVE_MODULES) or (_ours(f) and n in _COLLECTIVE_CALLS) or (_module(f).startswith('torch.autograd') and n == 'backward')
+           for f,_,n in fs): return f'in a collective{step}', False
     for f,fn,n in fs:
-        if fn.endswith('torch/utils/data/dataloader.py') and n == '_next_data': return f'for its DataLoader{_awaited_worker(f.f_locals.get("self"))}{step}', True
+        if _module(f) == 'torch.utils.data.dataloader' and n == '_next_data': return f'for its DataLoader{_awaited_worker(f.f_locals.get("self"))}{step}', True
     for f,fn,n in fs:
-        if '/ddpsafe/' in fn and n == 'save': return f'in a checkpoint save{step}', True
+        if _ours(f) and n == 'save': return f'in a checkpoint save{step}', True
     for f,fn,n in fs:
         if n.startswith(('before_', 'after_')) and hasattr(type(f.f_locals.get('self')), 'order'):
             return f'in callback {type(f.f_locals["self"]).__name__}.{n} ({fn.rsplit("/", 1)[-1]}:{f.f_lineno}){step}', True
     f,fn,n = fs[0]
     return f'in {n} ({fn.rsplit("/", 1)[-1]}:{f.f_lineno}){step}', True
 
-def _doing(every:float) -> dict|None:
-    "What the main thread waits for, once its batches have stood still for two beats of a fit"
+def _doing(every:float) -> dict:
+    "What the main thread does: the collective it waits in, if one (`waiting_in`); once a fit's batches stand still for two beats, where it waits"
     now = time.time()
     if _progress.get('seen') != _progress['batches']: _progress['seen'], _progress['still'] = _progress['batches'], now
     waited = now - max(_progress['still'], _progress['since'])
-    if not _progress['fits'] or waited < 2*every: return None
     frame = sys._current_frames().get(threading.main_thread().ident)
+    doing = dict(at=now, wait=waiting_in(frame, now))
+    if not _progress['fits'] or waited < 2*every: return doing
     what, alone = where_waiting(frame) if frame is not None else ('in an unknown place', False)
-    return dict(what=what, alone=alone, waited=round(waited, 1))
+    return dict(doing, what=what, alone=alone, waited=round(waited, 1))
 
 def _end_stuck(store, doing:dict):
     "This rank waited on itself past `DDPSAFE_TIMEOUT`: say so in the store and the log, with its stacks, and exit"
@@ -247,13 +254,147 @@ def _end_stuck(store, doing:dict):
 
 def _doing_key(r:int) -> str: return f'ddpsafe/doing/{r}'
 
+def _others_doing(store) -> dict:
+    "Every other rank's latest report in `store`: {rank: what it does}"
+    keys = {r: _doing_key(r) for r in range(world()) if r != rank()}
+    return {r: json.loads(store.get(k)) for r,k in keys.items() if store.check([k])}
+
+def _heard() -> dict:
+    "The other ranks' reports, read through the heartbeat's connection; `{}` without one, or when the store does not answer"
+    if not _beat: return {}
+    try: return _within(lambda: _others_doing(_beat['reader']), 2*_beat['every'])
+    except Exception: return {}
+
 def behind_ranks() -> dict:
     "Other ranks that wait on themselves, as their heartbeats say: {rank: 'has waited 21s for its DataLoader ...'}"
-    if not _beat: return {}
-    store, keys = _beat['reader'], {r: _doing_key(r) for r in range(world()) if r != rank()}
-    try: doing = _within(lambda: {r: json.loads(store.get(k)) for r,k in keys.items() if store.check([k])}, 2*_beat['every'])
-    except Exception: return {}
-    return {r: f"has waited {d['waited']:.0f}s {d['what']}" for r,d in doing.items() if d and d['alone']}
+    doing = _heard()
+    return {r: f"has waited {d['waited']:.0f}s {d['what']}" for r,d in doing.items() if d and d.get('alone')}
+
+# %% ../nbs/00_core.ipynb #a440ccac
+_LIBRARIES = ('ddpsafe', 'fastai', 'fastcore', 'fasttransform', 'plum', 'torch', 'accelerate')
+_STDLIB = sysconfig.get_paths()['stdlib']
+_WRAPPERS = {'wrapper', 'inner', '_fn', 'decorate_context', '__call__', '_wrapped_call_impl', '_call_impl', '__enter__', '__exit__'}
+
+def _library(f) -> bool:
+    "Is frame `f` of ddpsafe, fastai, torch or Python's own library, not of the script?"
+    return _module(f).split('.')[0] in _LIBRARIES or f.f_code.co_filename.startswith(_STDLIB)
+
+def _call_name(f, names:dict) -> str:
+    "The function of frame `f` as a script calls it: 'Learner.save', 'torch.distributed.barrier', 'agree'"
+    code = f.f_code
+    if code in names: return names[code]
+    if _module(f) == 'torch.distributed.distributed_c10d': return f'torch.distributed.{code.co_name}'
+    owner = None if _ours(f) else f.f_locals.get('self')
+    return f'{type(owner).__name__}.{code.co_name}' if owner is not None else code.co_name
+
+def _trains_ddp(fs:list) -> bool:
+    "Is one of the frames `fs` a method of a learner whose model DDP wraps?"
+    ddp = loaded_class('torch.nn.parallel.distributed', 'DistributedDataParallel')
+    return any(isinstance(getattr(f.f_locals.get('self'), 'model', None), ddp) for f in fs)
+
+def _waits_for_ranks(f, outer:list) -> bool:
+    "Does frame `f` (inside the frames `outer`) wait for the other ranks?"
+    mod, name = _module(f), f.f_code.co_name
+    if mod == 'torch.distributed.distributed_c10d': return not name.startswith('_')
+    if mod == 'torch.distributed.utils': return name.startswith(('_verify', '_sync'))   # DDP's constructor checks and broadcasts the parameters
+    if mod.startswith('torch.autograd'): return name == 'backward' and _trains_ddp(outer)   # DDP's gradient all-reduce
+    return _ours(f) and name in _COLLECTIVE_CALLS
+
+def _group_seqs() -> tuple:
+    "The sequence numbers of the user's group and ddpsafe's side groups: each collective moves one"
+    seqs = []
+    for g in [dist.group.WORLD, *[held['group']() for held in _side.values()]]:
+        try: seqs.append(g._get_sequence_number_for_group())
+        except Exception: seqs.append(None)
+    return tuple(seqs)
+
+_still = dict(sig=None, since=0.)   # the heartbeat's last wait seen, since when
+
+def waiting_in(frame,                 # A thread's innermost frame
+               now:float|None=None    # The time, to count how long the same wait has lasted (the heartbeat's)
+              ) -> dict|None:
+    "Where the thread waits for other ranks: call, collective, the script's line, and for how long; `None` if it waits for none"
+    fs, names = [], _method_names(full=True)
+    while frame is not None: fs.append(frame); frame = frame.f_back
+    i = next((k for k,f in enumerate(fs) if _waits_for_ranks(f, fs[k+1:])), None)
+    if i is None: return None
+    j = i
+    while j+1 < len(fs) and _library(fs[j+1]): j += 1
+    torch_frames = [k for k in range(j, i-1, -1) if _module(fs[k]).startswith('torch.') and fs[k].f_code.co_name not in _WRAPPERS]
+    collective = _call_name(fs[torch_frames[0] if torch_frames else i], names)   # the outermost of torch's, else ddpsafe's own
+    call = next((n for k in range(j, i-1, -1) if (n := _call_name(fs[k], names)).rpartition('.')[2] not in _WRAPPERS), collective)
+    site = f'{os.path.basename(fs[j+1].f_code.co_filename)}:{fs[j+1].f_lineno}' if j+1 < len(fs) else 'unknown'
+    w = dict(call=call, collective=collective, site=site, ours=_ours(fs[i]), answerable=fs[i].f_code.co_name == '_wait_for_main', secs=0.)
+    if now is not None:
+        sig = (call, collective, site, id(fs[i].f_code), fs[i].f_lasti, _progress['batches'], _group_seqs())
+        if sig != _still['sig']: _still.update(sig=sig, since=now)
+        w['secs'] = round(now - _still['since'], 1)
+    return w
+
+# %% ../nbs/00_core.ipynb #2287659b
+APART_BEATS = 3     # beats every rank must have waited, without a collective moving, before the ranks are called apart
+_APART_KEY = 'ddpsafe/apart'
+
+class RanksApart(DistTimeout):
+    "The ranks wait in different calls, so none can go on"
+
+def _place(r:int, d:dict) -> str:
+    "Where rank `r` waits, in words, from its report `d`"
+    if d.get('ended'): return f'rank {r} has ended its script'
+    w = d['wait']
+    at = " for rank 0's answer" if w['answerable'] else f" at {w['collective']}" if w['collective'] != w['call'] else ''
+    return f"rank {r} waits in {w['call']}{at} ({w['site']})"
+
+def ranks_apart(reports:dict,   # rank -> what it does (`_doing`'s report), one for every rank, this rank's among them
+                window:float    # Seconds every rank must have waited
+               ) -> str|None:
+    "The message when every rank has waited `window` seconds in a collective, or ended, and not all in the same call"
+    if len(reports) < world() or len(reports) < 2: return None
+    if not all(d.get('ended') or (d.get('wait') and d['wait']['secs'] >= window) for d in reports.values()): return None
+    if len({'ended' if d.get('ended') else (d['wait']['call'], d['wait']['collective']) for d in reports.values()}) < 2: return None
+    return ('the ranks wait in different places, so none of them can go on: ' + '; '.join(_place(r, reports[r]) for r in sorted(reports)) +
+            '. A call that every rank must make ran on some ranks only (inside `if rank == 0:`?): make it on every rank')
+
+def _reports(store, me:dict, every:float) -> dict:
+    "Every rank's latest report from `store`, fresh ones only (or `ended`), with this rank's own `me`"
+    now = time.time()
+    return {**{r: d for r,d in _others_doing(store).items() if d.get('ended') or now - d.get('at', 0) < 2*every + 1}, rank(): me}
+
+# %% ../nbs/00_core.ipynb #5796afa5
+def _apart_here(store, doing:dict, every:float, seen:int) -> int:
+    "One beat's look at the ranks' waits; ends this rank when they have stood apart long enough: the beats seen apart in a row"
+    w = doing.get('wait')
+    if not w or w['answerable'] or w['secs'] < APART_BEATS*every: return 0
+    reports = _reports(store, doing, every)
+    if not (msg := ranks_apart(reports, APART_BEATS*every)): return 0
+    if any((d.get('wait') or {}).get('answerable') for d in reports.values()): return seen   # a rank that can answer does so first
+    seen += 1
+    if seen >= (3 if w['ours'] else 2): _end_apart(store, msg)
+    return seen
+
+def _end_apart(store, msg:str):
+    "The ranks wait apart and this one can not be woken: say so in the store and the log, and exit"
+    with suppress(Exception): store.set(_APART_KEY, msg)
+    sys.__stderr__.write(f'\nddpsafe: {msg}. Rank {rank()} exits with code {STUCK_EXIT_CODE} rather than wait forever.\n'); sys.__stderr__.flush()
+    for p in multiprocessing.active_children(): p.kill()   # its DataLoader workers
+    os._exit(STUCK_EXIT_CODE)
+
+def apart_message() -> str|None:
+    "The message of ranks found waiting apart, if a rank left one in the store"
+    if not _beat: return None
+    try: return _within(lambda: _beat['reader'].get(_APART_KEY).decode() if _beat['reader'].check([_APART_KEY]) else None, 2*_beat['every'])
+    except Exception: return None
+
+def ended_ranks() -> dict:
+    "Other ranks whose script has ended, as they said on their way out: {rank: 'has ended its script'}"
+    return {r: 'has ended its script' for r,d in _heard().items() if d.get('ended')}
+
+def _say_ended():
+    "Leave `ended` in the store: this rank's script has ended (registered with `atexit`)"
+    store = _beat.get('reader')
+    if store is None or not live(): return
+    stop_heartbeat()
+    with suppress(Exception): store.set(_doing_key(rank()), json.dumps(dict(ended=True, at=time.time())))
 
 # %% ../nbs/00_core.ipynb #b7e10a06
 _UNREACHABLE = re.compile(r'[Tt]imed? ?out|[Cc]losed|reset by peer|[Bb]roken pipe|refused')
@@ -264,7 +405,8 @@ def peer_failure(e:BaseException,         # What a collective raised
                 ) -> BaseException:
     "`e`, or a `DistTimeout` naming the ranks that failed, wait on themselves, or went silent"
     if isinstance(e, DistTimeout) or not isinstance(e, RuntimeError) or not _UNREACHABLE.search(str(e)): return e
-    failed = failed_ranks()
+    if apart := apart_message(): return RanksApart(f'{what} failed on rank {rank()}: {apart}', [r for r in range(world()) if r != rank()])
+    failed = failed_ranks() or ended_ranks()
     silent = {} if failed else silent_ranks()   # a frozen rank's last word may say it waited: it stopped answering
     if not failed and silent == {}: failed = behind_ranks()
     if failed: missing, why = sorted(failed), '; '.join(f'rank {r} {m}' for r,m in sorted(failed.items()))
@@ -300,9 +442,10 @@ def side_group(purpose:str|None=None): # What the group is for; default: the cal
     pg, held = dist.group.WORLD, _side.get(purpose)
     g = held['group']() if held else None
     if g is None or held['pg']() is not pg:
+        start_heartbeat()                                # first: a rank waiting in `new_group` says so
         g = dist.new_group(backend='gloo', timeout=timedelta(seconds=ddp_timeout()))
         _side[purpose] = dict(pg=weakref.ref(pg), group=weakref.ref(g))
-        start_heartbeat(); _exit_hook()
+        _exit_hook()
     return g
 
 @contextmanager
@@ -324,8 +467,8 @@ def release_side_group():
             except Exception: pass                       # torch destroyed it already
 
 def _exit_hook():
-    "Release the side group at exit (registered once)"
-    atexit.unregister(release_side_group); atexit.register(release_side_group)
+    "At exit, say this rank has ended, then release the side group (registered once; `atexit` runs the last registered first)"
+    for f in (release_side_group, _say_ended): atexit.unregister(f); atexit.register(f)
 
 # %% ../nbs/00_core.ipynb #1fc93b51
 def broadcast_bytes(data:bytes|None, # The payload on rank `src`; ignored elsewhere
@@ -374,6 +517,48 @@ def on_main(f, *args, **kwargs):
         if kind == 'err': raise res
         return res
     kind, *rest = pickle.loads(broadcast_bytes(None))
+    if kind == 'ok': return rest[0]
+    err, tb = rest
+    raise err from RemoteTraceback(f'raised on rank 0:\n{tb}')
+
+# %% ../nbs/00_core.ipynb #da459891
+_alone = dict(calls={}, store=None, pg=None)   # key -> calls made with it in this process; this process's store connection, for which group
+
+def _own_store():
+    "A connection of this process's main thread to the default group's store"
+    pg = dist.group.WORLD
+    if _alone['pg'] is None or _alone['pg']() is not pg:
+        store = dist.distributed_c10d._get_default_store()
+        with suppress(Exception): store = store.clone()
+        _alone.update(store=store, pg=weakref.ref(pg))
+    return _alone['store']
+
+def _wait_for_main(store, key:str) -> bytes:
+    "The bytes rank 0 leaves at `key`; `RanksApart` when the ranks are found waiting apart, `DistTimeout` past `DDPSAFE_TIMEOUT`"
+    start_heartbeat()
+    every, t0, pause, here = (_beat or {}).get('every', 2.), time.monotonic(), 0.001, None
+    while not store.check([key]):
+        time.sleep(pause); pause = min(2*pause, 0.05)
+        waited = time.monotonic() - t0
+        if waited >= APART_BEATS*every:
+            here = here or waiting_in(sys._getframe())
+            me = dict(at=time.time(), wait=dict(here, secs=waited))
+            if msg := ranks_apart(_reports(store, me, every), APART_BEATS*every): raise RanksApart(msg, [0])
+        if waited > ddp_timeout(): raise DistTimeout(f'rank {rank()} waited {waited:.0f}s for rank 0 to answer {key}', [0])
+    return store.get(key)
+
+def on_main_alone(key:str, # Names the call, the same on every rank: a file's path
+                  f, *args, **kwargs):
+    "Run `f` on rank 0, which never waits; every other rank that makes the call with `key` gets rank 0's outcome"
+    if not coordinating(): return f(*args, **kwargs)
+    n = _alone['calls'][key] = _alone['calls'].get(key, 0) + 1
+    store, name = _own_store(), f'ddpsafe/alone/{n}/{key}'
+    if is_main():
+        (kind, res), payload = _run(f, args, kwargs)
+        store.set(name, payload)
+        if kind == 'err': raise res
+        return res
+    kind, *rest = pickle.loads(_wait_for_main(store, name))
     if kind == 'ok': return rest[0]
     err, tb = rest
     raise err from RemoteTraceback(f'raised on rank 0:\n{tb}')

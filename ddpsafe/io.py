@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/io.html.md"""
 
 # %% ../nbs/02_io.ipynb #14577651
 from __future__ import annotations
-import os, io, errno, shutil, contextlib
+import os, io, errno, shutil, contextlib, warnings
 from pathlib import Path
 import torch, xxhash
 import safetensors.torch as st
@@ -53,19 +53,28 @@ def writer_for(obj,            # What to save
     return torch_writer(obj, **torch_save_kwargs)
 
 # %% ../nbs/02_io.ipynb #222c6c63
+def _written_on_main(path:Path, write) -> Path:
+    "`commit_file(path, write)` on rank 0, which never waits; another rank gets the outcome, or goes on without it when rank 0 is elsewhere"
+    key = str(path) if '://' in str(path) else os.path.abspath(path)
+    try: return on_main_alone(key, commit_file, path, write)
+    except RanksApart as e:
+        warnings.warn(f'{path}: only rank 0 writes it, and rank 0 does not write it now, so rank {rank()} goes on and nothing was '
+                      f'written, as with fastai; {str(e).split(". A call")[0]}')
+        return path
+
 def atomic_save(obj,             # A picklable object; a module or dict of tensors for `.safetensors`; or bytes
                 path:Path|str,   # The file to write
                 **torch_save_kwargs):
     "Write `obj` to `path` atomically on rank 0"
     path = as_path(path)
-    return on_main(commit_file, path, writer_for(obj, path, **torch_save_kwargs))
+    return _written_on_main(path, writer_for(obj, path, **torch_save_kwargs))
 
 # %% ../nbs/02_io.ipynb #bafc08e3
 def atomic_write(path:Path|str, # The file to write
                  write          # Called on rank 0 with a temporary path in the same folder
                 ) -> Path:
     "Write `path` with `write` atomically on rank 0"
-    return on_main(commit_file, as_path(path), write)
+    return _written_on_main(as_path(path), write)
 
 # %% ../nbs/02_io.ipynb #b4b486f4
 class CorruptFileError(ValueError):
