@@ -75,7 +75,7 @@ class CheckpointMismatch(ValueError):
     "A checkpoint that was saved from another model or setup"
 
 # %% ../nbs/00_core.ipynb #b7e10a02
-_beat = {}
+_beat, _said = {}, {}
 
 def _beat_key(r:int) -> str: return f'ddpsafe/heartbeat/{r}'
 
@@ -108,6 +108,7 @@ def start_heartbeat(every:float=2.): # Seconds between two beats
     t = threading.Thread(target=beat, name='ddpsafe-heartbeat', daemon=True)
     # the beat ends with the group: torch's `destroy_process_group` frees it, whoever calls it
     _beat.update(pg=weakref.ref(pg), thread=t, reader=reader, every=every, end=weakref.finalize(pg, _end_beat, stop, t, every))
+    _said.update(store=reader, rank=rank())    # where to say, at exit, that this rank has ended: also once the script destroyed its group
     _exit_hook()
     t.start()
 
@@ -320,11 +321,13 @@ def waiting_in(frame,                 # A thread's innermost frame
     if i is None: return None
     j = i
     while j+1 < len(fs) and _library(fs[j+1]): j += 1
+    own = [k for k in range(j, i-1, -1) if _ours(fs[k]) and fs[k].f_code.co_name in _COLLECTIVE_CALLS]   # ddpsafe's own collective
     torch_frames = [k for k in range(j, i-1, -1) if _module(fs[k]).startswith('torch.') and fs[k].f_code.co_name not in _WRAPPERS]
-    collective = _call_name(fs[torch_frames[0] if torch_frames else i], names)   # the outermost of torch's, else ddpsafe's own
+    c = own[0] if own else torch_frames[0] if torch_frames else i
+    collective = _call_name(fs[c], names)              # ddpsafe's own collective, else the outermost of torch's functions
     call = next((n for k in range(j, i-1, -1) if (n := _call_name(fs[k], names)).rpartition('.')[2] not in _WRAPPERS), collective)
     site = f'{os.path.basename(fs[j+1].f_code.co_filename)}:{fs[j+1].f_lineno}' if j+1 < len(fs) else 'unknown'
-    w = dict(call=call, collective=collective, site=site, ours=_ours(fs[i]), answerable=fs[i].f_code.co_name == '_wait_for_main', secs=0.)
+    w = dict(call=call, collective=collective, site=site, ours=bool(own), answerable=fs[i].f_code.co_name == '_wait_for_main', secs=0.)
     if now is not None:
         sig = (call, collective, site, id(fs[i].f_code), fs[i].f_lasti, _progress['batches'], _group_seqs())
         if sig != _still['sig']: _still.update(sig=sig, since=now)
@@ -390,11 +393,10 @@ def ended_ranks() -> dict:
     return {r: 'has ended its script' for r,d in _heard().items() if d.get('ended')}
 
 def _say_ended():
-    "Leave `ended` in the store: this rank's script has ended (registered with `atexit`)"
-    store = _beat.get('reader')
-    if store is None or not live(): return
+    "Leave `ended` in the store: this rank's script has ended (registered with `atexit`), whether or not it destroyed its group"
+    if 'store' not in _said: return
     stop_heartbeat()
-    with suppress(Exception): store.set(_doing_key(rank()), json.dumps(dict(ended=True, at=time.time())))
+    with suppress(Exception): _said['store'].set(_doing_key(_said['rank']), json.dumps(dict(ended=True, at=time.time())))
 
 # %% ../nbs/00_core.ipynb #b7e10a06
 _UNREACHABLE = re.compile(r'[Tt]imed? ?out|[Cc]losed|reset by peer|[Bb]roken pipe|refused')
