@@ -1,6 +1,7 @@
 """GPU figures in one run, for one device call: the CUDA tests, async blocking time, steps beside a background write,
 resume time. Writes ONE JSON file (`bench/results/gpu.json` by default), rewritten after every measurement, so that a
-run cut short still leaves what it measured; the benchmarks page renders it with the card's name (`device.name`).
+run cut short still leaves what it measured; the benchmarks page renders it with the card's name (`device.name`):
+`python bench/gpu_bench.py --render bench/results/gpu.json` prints that markdown.
 
 NEVER RUN ON A GPU YET: written and tested on CPU only (`--cpu-smoke`, tests/test_gpu_bench.py), in a session that was
 lent no GPU. Its first GPU run is its first real test; read its JSON's `errors` before trusting a figure.
@@ -57,15 +58,31 @@ def device_facts(device) -> dict:
 # ------------------------------------------------------------------------------------------------------------
 # 1. tests/test_cuda.py
 
+def descendants(pid:int) -> list:
+    "Every live process below `pid` (children first), from /proc"
+    kids = {}
+    for d in Path('/proc').iterdir():
+        if d.name.isdigit():
+            try: kids.setdefault(int((d/'stat').read_text().rsplit(')', 1)[1].split()[1]), []).append(int(d.name))
+            except (OSError, IndexError, ValueError): pass
+    out, todo = [], list(kids.get(pid, []))
+    while todo: c = todo.pop(); out.append(c); todo += kids.get(c, [])
+    return out
+
 def run_test_cuda(seconds:float) -> dict:
     "pytest tests/test_cuda.py, killed after `seconds`: exit code and counts"
     cmd = [sys.executable, '-m', 'pytest', str(ROOT/'tests'/'test_cuda.py'), '-q', '-rA', '-p', 'no:cacheprovider']
     t0 = time.monotonic()
-    try:
-        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=seconds)
-        code, out = p.returncode, p.stdout + p.stderr
-    except subprocess.TimeoutExpired as e:
-        code, out = None, (e.stdout or b'').decode(errors='replace') if isinstance(e.stdout, bytes) else (e.stdout or '')
+    with tempfile.TemporaryFile('w+') as log:
+        p = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try: code = p.wait(seconds)
+        except subprocess.TimeoutExpired:
+            code = None
+            for pid in [p.pid, *descendants(p.pid)]:      # torchrun's ranks live in sessions of their own: each by its pid
+                try: os.kill(pid, 9)
+                except ProcessLookupError: pass
+            p.wait()
+        log.seek(0); out = log.read()
     counts = {k: 0 for k in ('passed', 'failed', 'skipped', 'error')}
     import re
     for n, k in re.findall(r'(\d+) (passed|failed|skipped|errors?)\b', out.splitlines()[-1] if out.strip() else ''):
@@ -216,6 +233,33 @@ def measure_resume(mb:int, reps:int, device, left) -> dict:
 
 # ------------------------------------------------------------------------------------------------------------
 
+def render(res:dict) -> str:
+    "The JSON as the markdown the benchmarks page shows: the card's name, then one table per part"
+    d = res['device']
+    head = f"**{d['name']}**" + (f", {d['memory_gb']} GiB, CUDA {d['cuda']}" if d.get('type') == 'cuda' else ' (CPU smoke run: the figures mean nothing)')
+    lines = [f"{head}; torch {res['torch']}, {res['date'][:10]}", '']
+    if tc := res.get('test_cuda'):
+        lines += [f"`tests/test_cuda.py`: {tc['passed']} passed, {tc['failed']} failed, {tc['skipped']} skipped, {tc['error']} errors"
+                  + (' (did not finish in time)' if tc['timed_out'] else ''), '']
+    if res.get('async_blocking'):
+        u = 'MB' if res['cpu_smoke'] else 'GB'
+        lines += [f'| state | pinned D2H copy (s) | ddpsafe async blocks (s) | ddpsafe / pinned copy (goal <= 1.2) | DCP async_save blocks (s) | torch.save (s) |',
+                  '|---|---|---|---|---|---|']
+        for x in res['async_blocking']:
+            b, r = x['blocking_median'], x['ratios']
+            lines.append(f"| {x['gb']:g} {u} | {b['pinned_d2h']:.3f} | {b['ddpsafe_async']:.3f} | {r['ddpsafe_over_pinned_d2h']:.2f}x | "
+                         f"{b['dcp_async']:.3f} ({r['dcp_async_over_ddpsafe']:.1f}x ddpsafe) | {b['torch_save']:.3f} ({r['torch_save_over_ddpsafe']:.1f}x) |")
+        lines.append('')
+    if s := res.get('steps_beside_write'):
+        lines += [f"Steps beside a background write of {s['gb']:g} {'MB' if res['cpu_smoke'] else 'GB'}: {s['median']:.3f}x the step time "
+                  f"without one (min {s['min']:.3f}, max {s['max']:.3f}, {len(s['reps'])} repetitions; goal <= 1.05)", '']
+    if r := res.get('resume'):
+        lines += [f"Resume of {r['mb']} MB onto the device: ddpsafe {r['ddpsafe_median']:.3f} s, torch.load {r['torch_load_median']:.3f} s: "
+                  f"{r['median']:.2f}x (goal <= 1.2)", '']
+    for k, v in {**res.get('skipped', {}), **{n: 'ERROR ' + e.splitlines()[0] for n, e in res.get('errors', {}).items()}}.items():
+        lines.append(f'- {k}: {v}')
+    return '\n'.join(lines).rstrip() + '\n'
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--cpu-smoke', action='store_true', help='every part on the CPU, sizes in MB instead of GB, a tiny MLP: checks the code, not speed')
@@ -230,10 +274,12 @@ def parse_args(argv=None):
     p.add_argument('--parts', default=','.join(PARTS), help=f'which parts, comma separated (default all: {",".join(PARTS)})')
     p.add_argument('--dir', default=None, help='where checkpoints are written (default: a temporary folder, removed after)')
     p.add_argument('--out', default=str(HERE/'results'/'gpu.json'), help='the JSON file (default bench/results/gpu.json)')
+    p.add_argument('--render', default=None, metavar='JSON', help="print an existing JSON file as the benchmarks page's markdown, and exit")
     return p.parse_args(argv)
 
 def main(argv=None) -> int:
     a = parse_args(argv)
+    if a.render: print(render(json.loads(Path(a.render).read_text())), end=''); return 0
     t0 = time.monotonic()
     left = lambda: a.budget - (time.monotonic() - t0)
     smoke = a.cpu_smoke

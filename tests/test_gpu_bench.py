@@ -35,6 +35,11 @@ def test_gpu_bench_cpu_smoke(tmp_path):
     s = r['steps_beside_write']
     assert positive(s['median']) and s['reps'][0]['steps_during'] >= 1, s
     assert positive(r['resume']['median']) and positive(r['resume']['ddpsafe_median']), r['resume']
+    md = subprocess.run([sys.executable, str(ROOT/'bench'/'gpu_bench.py'), '--render', str(out)], capture_output=True, text=True,
+                        timeout=120, env={**os.environ, 'PYTHONPATH': str(ROOT)})
+    assert md.returncode == 0, md.stderr[-2000:]
+    assert r['device']['name'] in md.stdout and 'CPU smoke run' in md.stdout and md.stdout.count('| 1 MB |') == 1, md.stdout
+    assert 'test_cuda.py`: 0 passed' in md.stdout or torch.cuda.is_available(), md.stdout
 
 def test_gpu_bench_refuses_without_cuda(tmp_path):
     "Without --cpu-smoke on a machine without CUDA: a clear refusal, no JSON that could pass for GPU figures"
