@@ -6,10 +6,11 @@ run cut short still leaves what it measured; the benchmarks page renders it with
 NEVER RUN ON A GPU YET: written and tested on CPU only (`--cpu-smoke`, tests/test_gpu_bench.py), in a session that was
 lent no GPU. Its first GPU run is its first real test; read its JSON's `errors` before trusting a figure.
 
-    bash bench/gpu_bench.sh                          # on a GPU machine: everything, within 450 s
+    bash bench/gpu_bench.sh                          # on a GPU machine: everything, planned within 420 s, killed at 460 s
     python bench/gpu_bench.py --cpu-smoke --out X    # the same code paths on the CPU, tiny sizes, seconds
 
-Parts (each one is skipped, and says so in the JSON, when the time left is too short):
+Parts, in this order but for the biggest state, measured last (each one is skipped, and says so in the JSON, when the time
+left is too short; a repetition is not started when less than 1.5 times the last one's time is left):
 1. `test_cuda`: `python -m pytest tests/test_cuda.py`, bounded by `--test-seconds`; counts of passed / failed / skipped
    (skipped is not passed: on a machine without CUDA they are all skipped, and the JSON says so).
 2. `async_blocking`: CUDA states of `--sizes` GB (1, 4, 16), fp32 tensors shaped like a model and its Adam state
@@ -313,13 +314,18 @@ def main(argv=None) -> int:
     save()
     try:
         res['test_cuda'] = attempt('test_cuda', lambda: run_test_cuda(min(a.test_seconds, max(left() - 60, 10))))
-        for gb in [float(s) for s in a.sizes.split(',') if s]:
+        sizes = [float(s) for s in a.sizes.split(',') if s]
+        big = [max(sizes)] if len(sizes) > 2 else []           # the biggest state last: it takes most of the time, the rest fits before it
+        def blocking(gb):
             r = attempt('async_blocking', lambda: measure_async(gb, a.reps, device, folder, unit, left), need=10 + 4*gb*(0 if smoke else 1),
                         label=f'async_blocking {gb:g}')
-            if r: res['async_blocking'].append(r); save()
+            if r: res['async_blocking'].append(r); res['async_blocking'].sort(key=lambda x: x['gb']); save()
+        for gb in sizes:
+            if gb not in big: blocking(gb)
         res['steps_beside_write'] = attempt('steps_beside_write', lambda: measure_steps(a.step_state, a.reps, device, folder, unit, width,
                                                                                        batch, 20 if smoke else 40, left), need=15)
         res['resume'] = attempt('resume', lambda: measure_resume(resume_mb, a.reps, device, left), need=10)
+        for gb in big: blocking(gb)
     finally:
         save()
         if a.dir is None: shutil.rmtree(folder, ignore_errors=True)
