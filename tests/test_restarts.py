@@ -5,6 +5,9 @@ from a checkpoint at or after the kill's, both ranks ended with exit 0, and the 
 run's bit for bit. Run with torchrun's default rendezvous (the launcher's store, where ddpsafe starts the restarted group
 on keys of its own: `ddpsafe.restarts`) and with the recipe's c10d flags.
 
+A plain PyTorch script (tests/scripts/restart_plain.py) restarted twice: through `ddpsafe.restarts.init_default_group` with
+the default rendezvous, and through `dist.init_process_group()` with the recipe's c10d flags.
+
 Then the message: a restarted rank that cannot reach its peers gets an error naming the restart and the flags.
 
 Every launch is bounded: a launcher that does not end in time fails naming the ranks without a result; a restart that
@@ -84,6 +87,32 @@ def test_restart_after_sigkill(tools, tmp_root, rdzv):
     assert [x and x['code'] for x in res] == [0, 0], res
     assert resumed and resumed[-1] >= killed_after, f'the restarted run did not resume from step >= {killed_after}: {resumed}\n{out[-3000:]}'
     assert all(same(a, b) for a, b in zip(weights(run), base)), 'the restarted run ended with weights unlike the uninterrupted run'
+
+PLAIN = ROOT/'tests'/'scripts'/'restart_plain.py'
+
+@needs_torchrun
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize('how, rdzv', [('ddpsafe', 'default'), ('torch', 'c10d')])
+def test_plain_torch_restarts(tmp_path, how, rdzv):
+    """A plain PyTorch script whose rank 1 SIGKILLs itself in the first 2 attempts: torchrun's 2 restarts both start a group
+    that works, when the script starts it with `init_default_group` (default rendezvous), or with `dist.init_process_group()`
+    under the recipe's c10d flags"""
+    flags, extra = RDZV[rdzv]
+    cmd = torchrun_cmd('--max-restarts', '2', *flags) + [str(PLAIN), how]
+    env = {**os.environ, 'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1', **{k: str(v) for k, v in extra.items()}}
+    t0 = time.monotonic()
+    try: p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=170, cwd=tmp_path)
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b'').decode(errors='replace') if isinstance(e.stdout, bytes) else (e.stdout or '')
+        started = re.findall(r'STARTED rank (\d) attempt (\d)', out)
+        pytest.fail(f'{how}/{rdzv}: torchrun did not end within 170 s; groups started (rank, attempt): {started}\n{out[-3000:]}')
+    out = p.stdout + p.stderr
+    started, done = re.findall(r'STARTED rank (\d) attempt (\d)', out), re.findall(r'DONE rank (\d) attempt (\d)', out)
+    report(launch=f'plain torch ({how}), torchrun --max-restarts 2 ({rdzv})', exit=p.returncode, started=sorted(started),
+           connect_failures=out.count('connectFullMesh failed'), seconds=round(time.monotonic() - t0, 1))
+    assert p.returncode == 0, f'{how}/{rdzv}: torchrun exited {p.returncode}; groups started: {sorted(started)}\n{out[-4000:]}'
+    assert sorted(done) == [('0', '2'), ('1', '2')], (done, out[-3000:])
+    assert {a for _, a in started} == {'0', '1', '2'}, f'an attempt did not start its group: {sorted(started)}'
 
 NO_PEER = r"""
 import os, sys
