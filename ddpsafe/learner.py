@@ -154,7 +154,8 @@ def patch_distributed():
         "fastai's `DistributedTrainer`, asking accelerate for the CPU when there is no CUDA, its collectives bounded"
         if not torch.cuda.is_available(): kwargs.setdefault('cpu', True)
         self.sync_bn,self.kwargs = sync_bn,kwargs
-        start_process_group()     # ours, not accelerate's: a torchrun restart meets in keys of its own (`ddpsafe.restarts`)
+        if not any(os.environ.get(f'ACCELERATE_USE_{k}', '').lower() == 'true' for k in ('FSDP', 'DEEPSPEED')):   # they pick backends of their own
+            start_process_group()  # ours, not accelerate's: a torchrun restart meets in keys of its own (`ddpsafe.restarts`)
         self.accelerator = fd.Accelerator(**kwargs)
         bound_process_group()
 
