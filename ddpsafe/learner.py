@@ -122,11 +122,13 @@ def usable_sync_bn(model,        # The model DDP is about to wrap
     return False
 
 # %% ../nbs/03_learner.ipynb #ac9cdf3b
+from .restarts import init_default_group
+
 def _init_from_env():
     "Start the default group from the launcher's variables"
     cuda = torch.cuda.is_available()
     if cuda: torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', rank())) % torch.cuda.device_count())
-    dist.init_process_group('nccl' if cuda else 'gloo', init_method='env://', timeout=timedelta(seconds=ddp_timeout()))
+    init_default_group('nccl' if cuda else 'gloo', timedelta(seconds=ddp_timeout()))   # a torchrun restart meets in keys of its own
 
 def start_process_group() -> bool:
     "Start the default group from the launcher's variables, if it has set them and none runs; did it start one?"
@@ -152,6 +154,8 @@ def patch_distributed():
         "fastai's `DistributedTrainer`, asking accelerate for the CPU when there is no CUDA, its collectives bounded"
         if not torch.cuda.is_available(): kwargs.setdefault('cpu', True)
         self.sync_bn,self.kwargs = sync_bn,kwargs
+        if not any(os.environ.get(f'ACCELERATE_USE_{k}', '').lower() == 'true' for k in ('FSDP', 'DEEPSPEED')):   # they pick backends of their own
+            start_process_group()  # ours, not accelerate's: a torchrun restart meets in keys of its own (`ddpsafe.restarts`)
         self.accelerator = fd.Accelerator(**kwargs)
         bound_process_group()
 
