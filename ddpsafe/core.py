@@ -410,6 +410,7 @@ def peer_failure(e:BaseException,         # What a collective raised
     if apart := apart_message(): return RanksApart(f'{what} failed on rank {rank()}: {apart}', [r for r in range(world()) if r != rank()])
     failed = failed_ranks() or ended_ranks()
     silent = {} if failed else silent_ranks()   # a frozen rank's last word may say it waited: it stopped answering
+    if silent and (ended := ended_ranks()): failed, silent = ended, {}   # a rank that left said so, on its way out, while we listened
     if not failed and silent == {}: failed = behind_ranks()
     if failed: missing, why = sorted(failed), '; '.join(f'rank {r} {m}' for r,m in sorted(failed.items()))
     elif silent is None:
