@@ -54,9 +54,18 @@ def core_figures() -> dict:
         if t is not None: os.environ['DDPSAFE_TIMEOUT'] = t
     return {'timeout': f'{secs/60:g} minutes'}
 
+def versions_figures() -> dict:
+    "The versions pyproject.toml accepts: Python's, torch's and fastai's floors, fastai's ceiling"
+    import tomllib
+    proj = tomllib.loads((ROOT/'pyproject.toml').read_text())['project']
+    deps = {re.match(r'[\w.-]+', d).group(0).lower(): d for d in proj['dependencies']}
+    floor = lambda spec: re.search(r'>=\s*([\d.]+)', spec).group(1)
+    return {'python': floor(proj['requires-python']), 'torch': floor(deps['torch']),
+            'fastai': floor(deps['fastai']), 'fastai_below': re.search(r'<\s*([\d.]+)', deps['fastai']).group(1)}
+
 def figures() -> dict:
     "Every figure by group and name: `{'preempt': {'poll_share': '0.28%, 0.18% and 0.25%', ...}, ...}`"
-    return {'preempt': preempt_figures(), 'core': core_figures()}
+    return {'preempt': preempt_figures(), 'core': core_figures(), 'versions': versions_figures()}
 
 def flat(figs:dict|None=None) -> dict:
     "`{'preempt.poll_share': value, ...}`"
@@ -85,6 +94,12 @@ CLAIMS = [
     ('preempt.poll_share', r'(?:poll`?\)?|agreement(?: itself)?) took (\d[\d.\-]*%(?:(?:,| and) \d[\d.\-]*%)*)'),
     ('preempt.steps', r'at (\d[\d.]*(?:, \d[\d.]*)* and \d[\d.]* ?ms) steps'),
     ('core.timeout', r'`?DDPSAFE_TIMEOUT`? \((\d+ \w+) by default'),
+    ('versions.python', r'Python (\d+\.\d+) or newer'),
+    ('versions.python', r'\| Python \| (\d+\.\d+) or newer'),
+    ('versions.torch', r'(?:PyTorch|torch) (\d+(?:\.\d+)*) or newer'),
+    ('versions.torch', r'\| PyTorch \| (\d+(?:\.\d+)*) or newer'),
+    ('versions.fastai', r'fastai (\d+(?:\.\d+)+) up to'),
+    ('versions.fastai_below', r'fastai \d+(?:\.\d+)+ up to (\d+(?:\.\d+)+)'),
 ]
 
 def page_texts(root:Path=ROOT) -> dict:
