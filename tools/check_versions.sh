@@ -49,5 +49,5 @@ print("versions: torch", torch.__version__, "| torchvision", torchvision.__versi
 case ${1:-} in
   setup) shift; setup "$@" ;;
   check) shift; check "$@" ;;
-  *) sed -n '2,13p' "$0"; exit 2 ;;
+  *) sed -n '2,12p' "$0"; exit 2 ;;
 esac
