@@ -31,6 +31,9 @@ def test_the_check_fails_on_a_stale_page():
             '0.25% of it, at 4.0, 10.7 and 52 ms steps')
     assert F.stated_differently({'ok.md': same}, vals) == []
     assert len(F.stated_differently({'x.md': '`DDPSAFE_TIMEOUT` (20 minutes by default)'})) == 1
+    assert len(F.stated_differently({'x.md': 'exits with code **76** (`ddpsafe.preempt.REQUEUE_EXIT_CODE`)'})) == 1
+    assert len(F.stated_differently({'x.md': '| 4 (stopped, `STOPPED_EXIT_CODE`) |'})) == 1
+    assert len(F.stated_differently({'x.md': 'PyTorch 2.4 or newer'}, dict(vals, **{'versions.torch': '2.5'}))) == 1
 
 def test_substitute():
     assert F.substitute('took {{< var preempt.poll_share >}} of a step', {'preempt.poll_share': '1%'}) == 'took 1% of a step'

@@ -44,6 +44,11 @@ def preempt_figures() -> dict:
             'signal_runs': str(len(delays)),
             'signal_within_bound': str(sum(x['delays_within_bound'] for x in runs))}
 
+def exit_figures() -> dict:
+    "The exit codes a launcher or a requeue loop sees"
+    from ddpsafe.manifest import REQUEUE_EXIT_CODE, STOPPED_EXIT_CODE
+    return {'requeue': str(REQUEUE_EXIT_CODE), 'stopped': str(STOPPED_EXIT_CODE)}
+
 def core_figures() -> dict:
     "Defaults of `ddpsafe.core`"
     from ddpsafe.core import ddp_timeout
@@ -65,7 +70,7 @@ def versions_figures() -> dict:
 
 def figures() -> dict:
     "Every figure by group and name: `{'preempt': {'poll_share': '0.28%, 0.18% and 0.25%', ...}, ...}`"
-    return {'preempt': preempt_figures(), 'core': core_figures(), 'versions': versions_figures()}
+    return {'preempt': preempt_figures(), 'core': core_figures(), 'exit': exit_figures(), 'versions': versions_figures()}
 
 def flat(figs:dict|None=None) -> dict:
     "`{'preempt.poll_share': value, ...}`"
@@ -94,6 +99,11 @@ CLAIMS = [
     ('preempt.poll_share', r'(?:poll`?\)?|agreement(?: itself)?) took (\d[\d.\-]*%(?:(?:,| and) \d[\d.\-]*%)*)'),
     ('preempt.steps', r'at (\d[\d.]*(?:, \d[\d.]*)* and \d[\d.]* ?ms) steps'),
     ('core.timeout', r'`?DDPSAFE_TIMEOUT`? \((\d+ \w+) by default'),
+    ('exit.requeue', r'`REQUEUE_EXIT_CODE`, (\d+)\b'),
+    ('exit.requeue', r'\*\*(\d+)\*\* \(`(?:ddpsafe\.\w+\.)?REQUEUE_EXIT_CODE'),
+    ('exit.requeue', r'(\d+) \((?:preempted|`REQUEUE_EXIT_CODE`)'),
+    ('exit.stopped', r'`STOPPED_EXIT_CODE`, (\d+)\b'),
+    ('exit.stopped', r'(\d+) \((?:stopped|`STOPPED_EXIT_CODE`)'),
     ('versions.python', r'Python (\d+\.\d+) or newer'),
     ('versions.python', r'\| Python \| (\d+\.\d+) or newer'),
     ('versions.torch', r'(?:PyTorch|torch) (\d+(?:\.\d+)*) or newer'),
