@@ -2,7 +2,7 @@
 # The ends of the version range that pyproject.toml declares: `ddpsafe-demo` and a core subset of the tests (saves and
 # their commit, resume bit for bit, SIGTERM, export) in an environment with a given torch and torchvision.
 #
-#   bash tools/check_versions.sh setup VENV "torch==2.5.1 torchvision==0.20.1" [PACKAGE]   # make VENV, once (idempotent)
+#   bash tools/check_versions.sh setup VENV "torch==2.8.0 torchvision==0.23.0" [PACKAGE]   # make VENV, once (idempotent)
 #   bash tools/check_versions.sh check VENV                                                 # the demo and the tests, in VENV
 #
 # setup installs torch, torchvision and ddpsafe (PACKAGE: a built wheel, or `.` by default) in ONE pip call, from PyPI:
