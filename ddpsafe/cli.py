@@ -17,7 +17,8 @@ from .owner import read_owner, describe_owner
 
 # %% auto #0
 __all__ = ['leftovers', 'comp_name', 'checkpoint_rows', 'format_rows', 'owner_line', 'ddpsafe_ls', 'ddpsafe_verify', 'ended_as',
-           'run_status', 'ddpsafe_status', 'saved_weights', 'export_weights', 'ddpsafe_export']
+           'run_status', 'ddpsafe_status', 'saved_weights', 'best_complete', 'export_source', 'export_weights',
+           'ddpsafe_export']
 
 # %% ../nbs/09_cli.ipynb #078d07b7
 def _size(folder:Path) -> int: return sum(_sizes(folder).values())
@@ -171,29 +172,54 @@ def saved_weights(ck:Path,             # A complete checkpoint
         raise CorruptCheckpoint(f'{ck/"model.safetensors"}: does not match the manifest (changed or damaged after it was written); nothing exported')
     return st.load(data)
 
+def best_complete(root:Path|str # The checkpoints folder
+                 ) -> Path|None:
+    "The checkpoint `ddpsafe-ls` marks best in `root` (the one `CheckpointCallback` keeps); `None` when none records a metric"
+    return next((as_path(root)/r['name'] for r in checkpoint_rows(root) if r['best']), None)
+
+def export_source(src:Path|str, # A checkpoint, or a checkpoints folder; a path or URL
+                  best:bool=False # From a folder, its best checkpoint instead of its newest complete one
+                 ) -> Path:
+    "The checkpoint `ddpsafe-export` takes for `src`"
+    src = as_path(src)
+    if checkpoint_step(src) is not None:
+        if best: raise ValueError(f'{src} is one checkpoint: --best picks among the checkpoints of a folder, give the folder')
+        return src
+    ck = best_complete(src) if best else newest_complete(src)
+    if ck is None: raise FileNotFoundError(errno.ENOENT, f'{src}: no complete checkpoint that records a metric (CheckpointCallback records '
+                                           'its monitor at the end of an epoch), nothing exported' if best else f'{src}: no complete checkpoint to export', str(src))
+    return ck
+
 def export_weights(src:Path|str, # A checkpoint, or a checkpoints folder (its newest complete checkpoint); a path or URL
-                   out:Path|str  # The safetensors file to write: a path or URL
+                   out:Path|str, # The safetensors file to write: a path or URL
+                   best:bool=False # From a folder, its best checkpoint (`best_complete`) instead of its newest
                   ) -> Path:
     "The model weights of a checkpoint as one safetensors file, under the plain model's keys"
     import safetensors.torch as st
-    src = as_path(src)
-    ck = src if checkpoint_step(src) is not None else newest_complete(src)
-    if ck is None: raise FileNotFoundError(errno.ENOENT, f'{src}: no complete checkpoint to export', str(src))
+    ck = export_source(src, best)
     man = read_manifest(ck)
     weights, came_from = {}, {}
     for k, v in saved_weights(ck, man).items():
         if (p := plain_key(k)) in came_from: raise ValueError(f'{ck}: keys {came_from[p]!r} and {k!r} both become {p!r}; nothing exported')
         came_from[p], weights[p] = k, v
-    return commit_file(as_path(out), st.save(weights, metadata=dict(ddpsafe_checkpoint=str(ck), step=str(man['step']))))
+    meta = dict(ddpsafe_checkpoint=str(ck), step=str(man['step']))
+    if man.get('metric') is not None: meta.update(monitor=str(man.get('monitor')), metric=repr(man['metric']))
+    return commit_file(as_path(out), st.save(weights, metadata=meta))
 
 # %% ../nbs/09_cli.ipynb #aadc3214
 @call_parse
 def ddpsafe_export(path:str,                 # A checkpoint, or a checkpoints folder (its newest complete checkpoint)
-                   out:str='model.safetensors'): # The safetensors file to write
+                   out:str='model.safetensors', # The safetensors file to write
+                   best:bool=False):         # From a checkpoints folder, its best checkpoint (the one `ddpsafe-ls` marks), not its newest
     "Write a checkpoint's model weights as one safetensors file that loads without ddpsafe"
-    try: f = export_weights(path, out)
+    try:
+        ck = export_source(path, best)
+        f = export_weights(ck, out)
     except (OSError, ValueError) as e:
         print(f'ddpsafe-export: {e}', file=sys.stderr)
         return 1
-    print(f'{f}: the model weights of {path}' + ('' if checkpoint_step(path) is not None else ', its newest complete checkpoint'))
+    if checkpoint_step(path) is not None: print(f'{f}: the model weights of {path}'); return 0
+    m = read_manifest(ck)
+    which = f"its best checkpoint by {m.get('monitor')} ({m.get('monitor')}={m.get('metric'):.4g})" if best else 'its newest complete checkpoint'
+    print(f'{f}: the model weights of {path}, {which}: {ck.name}')
     return 0

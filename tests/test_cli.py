@@ -1,6 +1,8 @@
 """The installed commands on folders built with `write_checkpoint`: `ddpsafe-ls` verifies checksums and marks best from the
 recorded monitor/comp, `ddpsafe-verify` passes leftovers of interrupted saves and fails damaged checkpoints,
-`ddpsafe-status` exits 0 / requeue / stopped / 1 / 2 with --json; the owner record confuses none of them."""
+`ddpsafe-status` exits 0 / requeue / stopped / 1 / 2 with --json; the owner record confuses none of them. After a real fit,
+`ddpsafe-export --best` writes the model SaveModelCallback kept when both callbacks watch one metric, and follows
+CheckpointCallback's monitor when they differ."""
 from __future__ import annotations
 import sys, json, time, subprocess
 from pathlib import Path
@@ -197,3 +199,43 @@ def test_status_after_a_real_run(tmp_path, kwargs):
     with learn.no_bar(), learn.no_logging(): learn.fit(3, cbs=CheckpointCallback(**kwargs))
     s = cli('ddpsafe-status', tmp_path/'checkpoints')
     assert s.returncode == 0 and s.stdout.startswith('finished: '), f'{kwargs}: exit {s.returncode}\n{s.stdout}{s.stderr}'
+
+# ---------------------------------------------------------------------------------------------------------------
+# ddpsafe-export --best after a real fit: the same model as SaveModelCallback's when both watch one metric
+
+def fit_with_best(path:Path, save_monitor:str):
+    "4 epochs of 6 steps whose best valid_loss is not the last (lr 1.0 overshoots); SaveModelCallback on `save_monitor`"
+    from fastai.callback.tracker import SaveModelCallback
+    from ddpsafe.all import CheckpointCallback
+    from ddpsafe.testing import synth_learner
+    learn = synth_learner(path=path)
+    with learn.no_bar(), learn.no_logging():
+        learn.fit(4, 1.0, cbs=[SaveModelCallback(monitor=save_monitor), CheckpointCallback(monitor='valid_loss')])
+    return learn, [v[1] for v in learn.recorder.values], [v[0] for v in learn.recorder.values]
+
+@pytest.mark.timeout(300)
+def test_export_best_is_save_model_callbacks_best(tmp_path):
+    "Both callbacks on valid_loss: `ddpsafe-export --best` writes the weights SaveModelCallback kept, which are not the newest"
+    import torch, safetensors.torch as st
+    learn, valid, _ = fit_with_best(tmp_path, 'valid_loss')
+    best = min(range(4), key=valid.__getitem__)
+    assert best != 3, f'the best epoch is the last ({valid}): --best could not be told from the newest'
+    res = cli('ddpsafe-export', tmp_path/'checkpoints', '--best', '--out', tmp_path/'best.safetensors')
+    assert res.returncode == 0 and f'its best checkpoint by valid_loss' in res.stdout, (res.stdout, res.stderr)
+    got, kept = st.load_file(tmp_path/'best.safetensors'), torch.load(tmp_path/'models'/'model.pth', weights_only=True)
+    assert got.keys() == kept.keys() and all(torch.equal(got[k], kept[k]) for k in got), (got, kept)
+    with st.safe_open(tmp_path/'best.safetensors', 'pt') as f: meta = f.metadata()
+    assert (meta['step'], meta['monitor']) == (str(6*(best+1)), 'valid_loss'), meta
+    newest = cli('ddpsafe-export', tmp_path/'checkpoints', '--out', tmp_path/'newest.safetensors')
+    assert newest.returncode == 0 and not torch.equal(st.load_file(tmp_path/'newest.safetensors')['weight'], got['weight'])
+
+@pytest.mark.timeout(300)
+def test_export_best_follows_checkpoint_callbacks_monitor(tmp_path):
+    "SaveModelCallback on train_loss, CheckpointCallback on valid_loss: --best is CheckpointCallback's, by valid_loss"
+    import safetensors.torch as st
+    learn, valid, train = fit_with_best(tmp_path, 'train_loss')
+    best = min(range(4), key=valid.__getitem__)
+    res = cli('ddpsafe-export', tmp_path/'checkpoints', '--best', '--out', tmp_path/'best.safetensors')
+    assert res.returncode == 0, res.stderr
+    with st.safe_open(tmp_path/'best.safetensors', 'pt') as f: meta = f.metadata()
+    assert (meta['step'], meta['monitor'], float(meta['metric'])) == (str(6*(best+1)), 'valid_loss', valid[best]), (meta, valid)

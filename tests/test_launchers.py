@@ -268,6 +268,60 @@ def test_slurm_sbatch_script(tools, tmp_root):
     assert (code1, code2) == (0, 0)
     assert all(same(a, b) for a, b in zip(weights(run), base))
 
+SRUN_NODES = r"""#!/bin/bash
+# stub for several nodes: one task per node of the allocation (SLURM_NNODES), all on this machine; a signal is passed on
+pids=()
+trap 'kill -TERM "${pids[@]}" 2>/dev/null' TERM INT
+for _ in $(seq "${SLURM_NNODES:-1}"); do "$@" & pids+=($!); done
+code=0
+for p in "${pids[@]}"; do
+  while :; do wait "$p"; c=$?; kill -0 "$p" 2>/dev/null || break; done
+  [ "$c" -ne 0 ] && code=$c
+done
+exit $code
+"""
+SCONTROL_NODES = """#!/bin/sh
+# stub: record the call; the allocation's nodes are this machine
+echo "scontrol $*" >> "$SCONTROL_LOG"
+[ "$1 $2" = "show hostnames" ] && echo 127.0.0.1
+exit 0
+"""
+
+@needs_torchrun
+@pytest.mark.timeout(480)
+def test_slurm_sbatch_two_nodes(tools, tmp_root):
+    """examples/slurm/train.sbatch on 2 nodes of 1 rank each (SLURM_NNODES=2; stub `srun` starts one torchrun per node
+    here, which meet through the c10d rendezvous on the first node that `scontrol show hostnames` names), with the
+    environment activated from VENV: SIGTERM to the batch shell -> both nodes save one step, `scontrol requeue`; the
+    requeued job resumes and ends with the uninterrupted run's weights"""
+    from ddpsafe.testing import free_port
+    base = baseline(tools, tmp_root)
+    run = tmp_root/'slurm2'; run.mkdir()
+    stubs = run/'stubs'; stubs.mkdir()
+    for name, text in (('srun', SRUN_NODES), ('scontrol', SCONTROL_NODES)): (stubs/name).write_text(text); (stubs/name).chmod(0o755)
+    node_tools = dict(tools, PATH=f'{stubs}:{tools["PATH"]}')
+    cmd = ['bash', str(EXAMPLES/'slurm'/'train.sbatch'), *train_args(run)]
+    extra = dict(SLURM_JOB_ID='4343', SLURM_NNODES=2, SLURM_JOB_NODELIST='node[1-2]', NPROC_PER_NODE=1, RDZV_PORT=free_port(),
+                 CKPT_DIR=run/'checkpoints', SCONTROL_LOG=run/'scontrol.log', VENV=sys.prefix)
+    job1 = Launch(cmd, run, node_tools, 'job1', **extra)
+    job1.wait_saves(SAVES_BEFORE_SIGNAL)
+    os.kill(job1.proc.pid, signal.SIGTERM)
+    code1 = job1.wait(120)
+    res1, saves = job1.results(), [job1.saves(r)[-1] for r in range(2)]
+    calls1 = (run/'scontrol.log').read_text().splitlines()
+    job2 = Launch(cmd, run, node_tools, 'job2', **dict(extra, RDZV_PORT=free_port()))
+    code2 = job2.wait(180)
+    calls2 = (run/'scontrol.log').read_text().splitlines()
+    report(launch='train.sbatch on 2 nodes (stub srun/scontrol) + torchrun c10d', job_exits=[code1, code2], scontrol=calls2,
+           saved=saves, seconds=[job1.seconds, job2.seconds])
+    assert [x and x['code'] for x in res1] == [REQUEUE_EXIT_CODE]*2, (res1, job1.output()[-3000:])
+    assert saves[0] == saves[1] and saves[0][1] == 'signal', saves
+    assert calls1 == ['scontrol show hostnames node[1-2]', 'scontrol requeue 4343'], (calls1, job1.output()[-3000:])
+    assert calls2 == calls1 + ['scontrol show hostnames node[1-2]'], (calls2, job2.output()[-3000:])
+    assert (code1, code2) == (0, 0), (code1, code2, job2.output()[-3000:])
+    assert status(tools, run/'checkpoints') == 0
+    assert all(same(a, b) for a, b in zip(weights(run), base))
+
 def test_recipes_are_valid_bash():
     for f in [EXAMPLES/'requeue.sh', EXAMPLES/'kubernetes'/'entrypoint.sh', EXAMPLES/'slurm'/'train.sbatch']:
         assert subprocess.run(['bash', '-n', str(f)], capture_output=True).returncode == 0, f

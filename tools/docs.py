@@ -22,6 +22,8 @@ from pathlib import Path
 from nbdev.showdoc import BasicMarkdownRenderer
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT/'tools'))
+from figures import substitute   # {{< var name >}}: a figure from its one source (tools/figures.py)
 BUILD, STATIC, SITE = ROOT/'_docs_build', ROOT/'docs_src', ROOT/'docs'   # staging (gitignored), extras, the site
 MD = BUILD/'md'                                                              # MkDocs' docs_dir
 SECTIONS = ['Tutorials', 'How-to recipes', 'Explanations', 'API reference', 'Benchmarks']   # nav order
@@ -289,7 +291,7 @@ class Page:
                 for name, att in (c.get('attachments') or {}).items():
                     k = next(iter(att))
                     s = s.replace(f'attachment:{name}', self.image(att[k], k.split('/')[-1].replace('svg+xml', 'svg')))
-                parts.append(link(callouts(s)))
+                parts.append(link(callouts(substitute(s))))
             elif c.cell_type == 'code' and d.get('include') != 'false':
                 if s.strip() and d.get('echo') != 'false':
                     block, fold = fence(s.strip('\n'), c.get('metadata', {}).get('language', 'python')), d.get('code-fold')

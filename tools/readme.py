@@ -10,6 +10,8 @@ import argparse, difflib, json, re, sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT/'tools'))
+from figures import substitute   # {{< var name >}}: a figure from its one source (tools/figures.py)
 NB, README = ROOT/'nbs'/'index.ipynb', ROOT/'README.md'
 HEADER = '<!-- Generated from nbs/index.ipynb by tools/readme.py: edit the notebook, then run `python tools/readme.py`. -->'
 _ansi = re.compile(r'\x1B(?:[@-Z\\-_]|\[[0-?]*[ -/]*[@-~])')
@@ -54,7 +56,7 @@ def readme(nb_path:Path=NB) -> str:
     for c in nb['cells']:
         s = src(c.get('source'))
         if c['cell_type'] == 'markdown':
-            if s.strip(): parts.append(s.strip('\n'))
+            if s.strip(): parts.append(substitute(s.strip('\n')))
         elif c['cell_type'] == 'code':
             d, code = directives(s)
             if d.keys() & _hide or d.get('include') == 'false': continue

@@ -1,0 +1,40 @@
+"""The pages agree on figures and defaults: each has one source (a measurement in bench/results/ or a library
+constant, read by tools/figures.py) and is shown through `{{< var name >}}`. Fails when a page writes a figure out by
+hand with another value, names a figure that does not exist, or when nbs/_variables.yml (Quarto's copy) is stale."""
+from __future__ import annotations
+import sys
+from pathlib import Path
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT/'tools'))
+import figures as F
+
+def test_pages_state_figures_as_their_sources(): assert F.stated_differently(F.page_texts()) == []
+
+def test_every_shortcode_names_a_figure():
+    known = F.flat()
+    bad = [(page, n) for page, text in F.page_texts().items() for n in F.used(text) if n not in known]
+    assert bad == [], f'{{{{< var >}}}} names no figure of tools/figures.py: {bad}'
+
+def test_variables_yml_fresh():
+    assert (ROOT/'nbs'/'_variables.yml').read_text() == F.variables_yml(), 'run `python tools/figures.py` and commit nbs/_variables.yml'
+
+def test_the_check_fails_on_a_stale_page():
+    vals = dict(F.flat(), **{'preempt.poll_share': '0.28%, 0.18% and 0.25%', 'preempt.round_spacing': '0.094 s',
+                            'preempt.steps': '4.0, 10.7 and 52 ms', 'preempt.poll_seconds': '0.25 s'})
+    old = ('In exchange, a round (under a millisecond on CPU ranks) comes at most every 0.125-0.25 s instead of at every step. '
+           'The benchmarks measure both: the agreement took 0.4-0.5% of the step time, at 8, 18 and 81 ms steps.')
+    probs = F.stated_differently({'old.ipynb': old}, vals)
+    assert [p.split(' states ')[1].split(' as ')[0] for p in probs] == ['preempt.round_spacing', 'preempt.poll_share', 'preempt.steps'], probs
+    same = ('at most one round per 0.094 s at the default `POLL_SECONDS` of 0.25 s; `poll` took 0.28%, 0.18% and\n'
+            '0.25% of it, at 4.0, 10.7 and 52 ms steps')
+    assert F.stated_differently({'ok.md': same}, vals) == []
+    assert len(F.stated_differently({'x.md': '`DDPSAFE_TIMEOUT` (20 minutes by default)'})) == 1
+    assert len(F.stated_differently({'x.md': 'exits with code **76** (`ddpsafe.preempt.REQUEUE_EXIT_CODE`)'})) == 1
+    assert len(F.stated_differently({'x.md': '| 4 (stopped, `STOPPED_EXIT_CODE`) |'})) == 1
+    assert len(F.stated_differently({'x.md': 'PyTorch 2.4 or newer'}, dict(vals, **{'versions.torch': '2.5'}))) == 1
+
+def test_substitute():
+    assert F.substitute('took {{< var preempt.poll_share >}} of a step', {'preempt.poll_share': '1%'}) == 'took 1% of a step'
+    with pytest.raises(KeyError, match='no such figure'): F.substitute('{{< var preempt.nothing >}}', {})
