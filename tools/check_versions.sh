@@ -13,11 +13,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CORE_TESTS=(
-  tests/test_commit.py                                              # a save is complete or invisible; rotation
+  "tests/test_commit.py::test_crash_between_write_and_rename"      # a save is complete or invisible
+  "tests/test_commit.py::test_crash_while_writing_a_checkpoint"
+  "tests/test_commit.py::test_checkpoint_complete_or_invisible_to_a_reader"
   "tests/test_checkpoint.py::test_resume_bit_identical"             # stopped (switch, kill) and resumed: bit for bit
   "tests/test_preempt.py::test_default_poll_signal_stop_and_resume" # SIGTERM to one rank: every rank saves one step, resumes
   tests/test_export.py                                              # learn.export loads without ddpsafe
-  tests/test_cli.py                                                 # the commands, ddpsafe-export --best after a real fit
+  "tests/test_cli.py::test_status_after_a_real_run"                 # ddpsafe-status after real runs
+  "tests/test_cli.py::test_export_best_is_save_model_callbacks_best"  # ddpsafe-export --best after a real fit
 )
 
 setup() {
