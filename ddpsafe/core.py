@@ -396,7 +396,8 @@ def _say_ended():
     "Leave `ended` in the store: this rank's script has ended (registered with `atexit`), whether or not it destroyed its group"
     if 'store' not in _said: return
     stop_heartbeat()
-    with suppress(Exception): _said['store'].set(_doing_key(_said['rank']), json.dumps(dict(ended=True, at=time.time())))
+    line = json.dumps(dict(ended=True, at=time.time()))
+    with suppress(Exception): _within(lambda: _said['store'].set(_doing_key(_said['rank']), line), 1)   # a frozen store host must not hold the exit
 
 # %% ../nbs/00_core.ipynb #b7e10a06
 _UNREACHABLE = re.compile(r'[Tt]imed? ?out|[Cc]losed|reset by peer|[Bb]roken pipe|refused')
