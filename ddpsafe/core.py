@@ -17,8 +17,8 @@ __all__ = ['STUCK_EXIT_CODE', 'APART_BEATS', 'live', 'rank', 'world', 'is_main',
            'error_line', 'report_failure', 'failed_ranks', 'forget_failure', 'count_batch', 'watching_progress',
            'where_waiting', 'behind_ranks', 'waiting_in', 'RanksApart', 'ranks_apart', 'apart_message', 'ended_ranks',
            'peer_failure', 'name_failure', 'bound_process_group', 'side_group', 'using_side_group',
-           'release_side_group', 'broadcast_bytes', 'RemoteTraceback', 'on_main', 'on_main_alone', 'agree', 'any_rank',
-           'all_ranks', 'barrier']
+           'release_side_group', 'broadcast_bytes', 'RemoteTraceback', 'on_main', 'on_main_alone', 'made_by_all',
+           'agree', 'any_rank', 'all_ranks', 'barrier']
 
 # %% ../nbs/00_core.ipynb #f89291bf
 def live() -> bool:
@@ -328,6 +328,7 @@ def waiting_in(frame,                 # A thread's innermost frame
     call = next((n for k in range(j, i-1, -1) if (n := _call_name(fs[k], names)).rpartition('.')[2] not in _WRAPPERS), collective)
     site = f'{os.path.basename(fs[j+1].f_code.co_filename)}:{fs[j+1].f_lineno}' if j+1 < len(fs) else 'unknown'
     w = dict(call=call, collective=collective, site=site, ours=bool(own), answerable=fs[i].f_code.co_name == '_wait_for_main', secs=0.)
+    if w['answerable']: w['awaits'] = fs[i].f_locals.get('what')   # what the store wait is for, in words
     if now is not None:
         sig = (call, collective, site, id(fs[i].f_code), fs[i].f_lasti, _progress['batches'], _group_seqs())
         if sig != _still['sig']: _still.update(sig=sig, since=now)
@@ -345,7 +346,7 @@ def _place(r:int, d:dict) -> str:
     "Where rank `r` waits, in words, from its report `d`"
     if d.get('ended'): return f'rank {r} has ended its script'
     w = d['wait']
-    at = " for rank 0's answer" if w['answerable'] else f" at {w['collective']}" if w['collective'] != w['call'] else ''
+    at = ' for ' + (w.get('awaits') or "rank 0's answer") if w['answerable'] else f" at {w['collective']}" if w['collective'] != w['call'] else ''
     return f"rank {r} waits in {w['call']}{at} ({w['site']})"
 
 def ranks_apart(reports:dict,   # rank -> what it does (`_doing`'s report), one for every rank, this rank's among them
@@ -537,8 +538,11 @@ def _own_store():
         _alone.update(store=store, pg=weakref.ref(pg))
     return _alone['store']
 
-def _wait_for_main(store, key:str) -> bytes:
-    "The bytes rank 0 leaves at `key`; `RanksApart` when the ranks are found waiting apart, `DistTimeout` past `DDPSAFE_TIMEOUT`"
+def _wait_for_main(store, key:str,
+                   what:str="rank 0's answer", # What the wait is for, in words (the heartbeat's report says it)
+                   on_apart=None               # Called when the ranks are found waiting apart, to set `key`; default: raise `RanksApart`
+                  ) -> bytes:
+    "The bytes left at `key`; `RanksApart` when the ranks are found waiting apart, `DistTimeout` past `DDPSAFE_TIMEOUT`"
     start_heartbeat()
     every, t0, pause, here = (_beat or {}).get('every', 2.), time.monotonic(), 0.001, None
     while not store.check([key]):
@@ -546,9 +550,12 @@ def _wait_for_main(store, key:str) -> bytes:
         waited = time.monotonic() - t0
         if waited >= APART_BEATS*every:
             here = here or waiting_in(sys._getframe())
-            me = dict(at=time.time(), wait=dict(here, secs=waited))
-            if msg := ranks_apart(_reports(store, me, every), APART_BEATS*every): raise RanksApart(msg, [0])
-        if waited > ddp_timeout(): raise DistTimeout(f'rank {rank()} waited {waited:.0f}s for rank 0 to answer {key}', [0])
+            reports = _reports(store, dict(at=time.time(), wait=dict(here, secs=waited)), every)
+            if on_apart is not None and len(reports) < world(): on_apart()   # a rank that says nothing: none of its calls waits for this one
+            elif msg := ranks_apart(reports, APART_BEATS*every):
+                if on_apart is None: raise RanksApart(msg, [0])
+                on_apart()
+        if waited > ddp_timeout(): raise DistTimeout(f'rank {rank()} waited {waited:.0f}s for {what} at {key}', [0])
     return store.get(key)
 
 def on_main_alone(key:str, # Names the call, the same on every rank: a file's path
@@ -566,6 +573,17 @@ def on_main_alone(key:str, # Names the call, the same on every rank: a file's pa
     if kind == 'ok': return rest[0]
     err, tb = rest
     raise err from RemoteTraceback(f'raised on rank 0:\n{tb}')
+
+# %% ../nbs/00_core.ipynb #42b9d613
+def made_by_all(key:str # Names the call, the same on every rank: 'read:' and a file's path
+               ) -> bool:
+    "Do all ranks make this call together? `False` once the others are seen waiting elsewhere: each rank that makes it acts alone"
+    if not coordinating(): return True
+    n = _alone['calls'][key] = _alone['calls'].get(key, 0) + 1
+    store, name = _own_store(), f'ddpsafe/together/{n}/{key}'
+    if store.add(f'{name}/came', 1) >= world(): store.compare_set(name, '', 'all')
+    went_alone = lambda: store.compare_set(name, '', 'alone')
+    return _wait_for_main(store, name, 'the other ranks to come', on_apart=went_alone) == b'all'
 
 # %% ../nbs/00_core.ipynb #bdfed0b7
 def agree(x): # Any picklable value

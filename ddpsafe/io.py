@@ -53,10 +53,13 @@ def writer_for(obj,            # What to save
     return torch_writer(obj, **torch_save_kwargs)
 
 # %% ../nbs/02_io.ipynb #222c6c63
+def _key(path:Path) -> str:
+    "`path` as the script names it, the same on every rank even where each works in a folder of its own (node-local disks)"
+    return str(path)
+
 def _written_on_main(path:Path, write) -> Path:
     "`commit_file(path, write)` on rank 0, which never waits; another rank gets the outcome, or goes on without it when rank 0 is elsewhere"
-    key = str(path) if '://' in str(path) else os.path.abspath(path)
-    try: return on_main_alone(key, commit_file, path, write)
+    try: return on_main_alone(_key(path), commit_file, path, write)
     except RanksApart as e:
         warnings.warn(f'{path}: only rank 0 writes it, and rank 0 does not write it now, so rank {rank()} goes on and nothing was '
                       f'written, as with fastai; {str(e).split(". A call")[0]}')
@@ -138,12 +141,24 @@ def _fits(data:bytes, expect:dict) -> bool:
     "Are `data` the bytes `expect` describes?"
     return len(data) == expect['size'] and ('xxh3' not in expect or xxhash.xxh3_64_hexdigest(data) == expect['xxh3'])
 
+def _read_alone(path:Path, local:bool, parse, expect:dict|None=None):
+    "`parse` of this rank's own bytes of `path` (its file, when `expect` is met): a read that no other rank makes now"
+    missing = FileNotFoundError(errno.ENOENT, f'{path}: no such file (on rank {rank()}, which reads it alone)', str(path))
+    if expect is not None and local:
+        if not path.is_file(): raise missing
+        if not _matches(path, expect): raise CorruptFileError(f'{path}: not the file the manifest lists (size {expect["size"]}): it is damaged or was replaced')
+        return parse(None)
+    if (data := _read(path)) is None: raise missing
+    if expect is not None and not _fits(data, expect): raise CorruptFileError(f'{path}: the bytes read do not match the manifest (size {expect["size"]})')
+    return parse(data)
+
 def collective_read(path:Path|str,    # The file to read
                     parse,            # Turns the file's bytes into the result, or the file itself when given `None`; runs on every rank
                     expect:dict|None=None # The file's `size`, and `xxh3` unless this rank has checked it: each rank's own file is parsed when all match
                    ):
-    "`parse` of rank 0's bytes of `path`, on every rank"
+    "`parse` of rank 0's bytes of `path`, on every rank; of its own bytes on a rank that reads it alone"
     storage = storage_for(path); path = storage.path(path)
+    if not made_by_all(f'read:{_key(path)}'): return _read_alone(path, storage.local, parse, expect)
     if not storage.local:                            # object storage: every rank downloads, rank 0's bytes win
         data = _same_bytes(path)
         if expect is not None and any_rank(not _fits(data, expect)):

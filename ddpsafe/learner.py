@@ -333,9 +333,21 @@ def learner_export(self, fname='export.pkl', pickle_module=cloudpickle, pickle_p
     return atomic_write(self.path/fname, write)
 
 # %% ../nbs/03_learner.ipynb #96e61a56
+@contextmanager
+def _fastai_barrier_off():
+    "Inside the block, fastai's `distrib_barrier` does nothing: ddpsafe's read has already waited for the writer"
+    import fastai.learner as fl
+    barrier, fl.distrib_barrier = fl.distrib_barrier, noop
+    try: yield
+    finally: fl.distrib_barrier = barrier
+
+def _stock_load_learner(data:bytes, cpu, pickle_module):
+    "fastai's `load_learner` of `data`, without its barrier: a rank that reads alone meets no other rank's barrier by mistake"
+    with _fastai_barrier_off(): return fastai_stock['load_learner'](io.BytesIO(data), cpu=cpu, pickle_module=pickle_module)
+
 def load_learner(fname, cpu=True, pickle_module=pickle):
-    "fastai's `load_learner` on every rank, once `fname` is complete"
-    return collective_read(Path(fname), lambda data: fastai_stock['load_learner'](io.BytesIO(data), cpu=cpu, pickle_module=pickle_module))
+    "fastai's `load_learner` on every rank, once `fname` is complete; or on one rank alone, of its own file"
+    return collective_read(Path(fname), lambda data: _stock_load_learner(data, cpu, pickle_module))
 
 patch_fastai('fastai.learner', 'load_learner')(load_learner)
 

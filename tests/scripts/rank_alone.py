@@ -26,7 +26,8 @@ dsets = Datasets(items, [[ItemGetter(0)], [ItemGetter(1)]], splits=[list(range(4
 dls = dsets.dataloaders(bs=8, num_workers=2)
 learn = Learner(dls, nn.Linear(4, 1), loss_func=MSELossFlat(), path='.')
 
-def branch(): print(f'BRANCH rank={rank} at={time.time():.3f}', flush=True)   # where the script branches on the rank
+def say(line): os.write(1, (line + '\n').encode())   # one write a line: the two ranks share the output, never within a line
+def branch(): say(f'BRANCH rank={rank} at={time.time():.3f}')   # where the script branches on the rank
 
 def run():
     if scenario == 'save-in-ctx':
@@ -78,12 +79,18 @@ def run():
         learn.save('m')
         branch()
         if rank == 0: learn.load('m')      # rank 1 has nothing more to do: its script ends
+    elif scenario == 'load_learner':
+        with learn.distrib_ctx(): learn.fit(1, 1e-2)
+        learn.export('export.pkl')
+        branch()
+        if rank == 0: load_learner('export.pkl')
+        dist.barrier()
     else: raise SystemExit(f'unknown scenario {scenario}')
 
 try: run()
 except Exception as e:
-    print(f'ERROR rank={rank} {type(e).__name__}: ' + ' '.join(str(e).split()), flush=True)
+    say(f'ERROR rank={rank} {type(e).__name__}: ' + ' '.join(str(e).split()))
     raise
 files = sorted(str(p) for p in Path('.').rglob('*') if p.is_file() and not p.name.startswith('.'))
-print(f'RESULT rank={rank} files={files} seconds={time.time()-t0:.1f}', flush=True)
+say(f'RESULT rank={rank} files={files} seconds={time.time()-t0:.1f}')
 dist.destroy_process_group()
