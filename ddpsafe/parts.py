@@ -35,7 +35,7 @@ class Part:
     file:str = 'state.pt'   # The checkpoint file it goes to
     whole:bool = False      # Is it the whole file? Else it is the entry `key` of the dict the file holds
     ranks:str = 'one'       # Whose state is kept: 'one' (rank 0's: every rank holds the same), 'each' (every rank's), 'auto' (one when all ranks hold the same, else each)
-    when_missing:str = 'keep' # A checkpoint without it: 'keep' this run's own state (and say so), or 'refuse' the checkpoint
+    when_missing:str = 'keep' # A checkpoint without it: 'keep' this run's own state (and say so), 'ask' (refuse it unless `accept_changes='parts'`), or 'refuse' it
     header:bool = False     # Is it in the header of `state.pt`, which every checkpoint has held (its entries at the file's top level, named in no list of parts)?
     source = 'the checkpoint' # Where a resume read its state from (set by the registry, for errors)
     def __init__(self,
@@ -351,7 +351,7 @@ def _stateful(o) -> bool:
 
 class UserState(Part):
     "The state of a callback or object of yours, by its `state_dict()` and `load_state_dict()`; set at the resume point"
-    file,ranks = 'user.pt','auto'
+    file,ranks,when_missing = 'user.pt','auto','ask'   # a callback added since: the user says whether it may start afresh
     def __init__(self, name:str, obj):
         if not _stateful(obj): raise TypeError(f'{name}: {type(obj).__name__} has no state_dict() and load_state_dict(): ddpsafe cannot save it')
         super().__init__(name); self.obj,self.resumed = obj,None
@@ -508,10 +508,12 @@ def check_parts(ck,                 # The checkpoint, for messages
     if required := [n for n in lacking if state[n].when_missing == 'refuse']:
         raise CheckpointMismatch(f'{ck} does not hold {", ".join(required)}, which a resume needs: it is not a checkpoint of this run')
     if not (lacking or unused): return
-    words = '; '.join(w for w in (f'it lacks {", ".join(lacking)}' if lacking else '', f'it holds {", ".join(unused)}, which this run does not have' if unused else '') if w)
-    if saved is not None and 'parts' not in accept:
-        raise CheckpointMismatch(f'{ck} holds other parts of the training state than this run: {words}. Resuming would not continue the run '
+    def said(lacks, holds): return '; '.join(w for w in (f'it lacks {", ".join(lacks)}' if lacks else '', f'it holds {", ".join(holds)}, which this run does not have' if holds else '') if w)
+    asked = [n for n in lacking if state[n].when_missing != 'keep']    # the parts of yours: 'ask'
+    if saved is not None and (asked or unused) and 'parts' not in accept:
+        raise CheckpointMismatch(f'{ck} holds other parts of the training state than this run: {said(asked, unused)}. Resuming would not continue the run '
                                  "that saved it. To go on anyway, pass `CheckpointCallback(accept_changes='parts')`; to start afresh, use another `path` or `resume=False`")
     if is_main():
-        why = 'was written before ddpsafe named the parts it saves' if saved is None else 'holds other parts than this run, as you accepted'
-        print(f"ddpsafe: resuming {ck}, which {why}: {words}. " + (f"{', '.join(lacking)} start{'s'*(len(lacking)==1)} from this run's own state" if lacking else 'those are not loaded'))
+        why = ('was written before ddpsafe named the parts it saves' if saved is None else 'holds other parts than this run, as you accepted' if asked or unused
+               else 'has no state for some parts of this run')
+        print(f"ddpsafe: resuming {ck}, which {why}: {said(lacking, unused)}. " + (f"{', '.join(lacking)} start{'s'*(len(lacking)==1)} from this run's own state" if lacking else 'those are not loaded'))
