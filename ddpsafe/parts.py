@@ -19,7 +19,6 @@ from .io import writer_for
 from .snapshot import map_tensors
 from .manifest import uncompiled_key, SHARD_INDEX
 from .sharded import is_sharded, full_weights, load_full_weights, full_optimizer_state, shard_optimizer_state
-from .learner import CheckpointMismatch
 
 # %% auto #0
 __all__ = ['PART_MAKERS', 'POSITION', 'LEGACY_PARTS', 'Part', 'register_part', 'model_weights', 'load_weights', 'rng_state',
@@ -182,12 +181,6 @@ def set_loader_state(dl, s) -> bool:
         for g, t in zip(gens, s['generators']): g.set_state(t)
         if s['epoch'] is not None and isinstance(_sampler(dl), tud.DistributedSampler): _sampler(dl).set_epoch(s['epoch'])
     return True
-
-# %% ../nbs/07b_parts.ipynb #12db519f
-from .preempt import watch_worker_start
-
-_TORCHDATA = 'torchdata.stateful_dataloader.stateful_dataloader'
-watch_worker_start(_TORCHDATA, '_StatefulMultiProcessingDataLoaderIter', named=False)
 
 # %% ../nbs/07b_parts.ipynb #7b000020
 def _plain(o):

@@ -16,6 +16,7 @@ def test_no_import_cycle():
     assert 'core' in g and 'checkpoint' in g and fl['demo'] == max(fl.values())
     assert cycles == [], f'import cycles between ddpsafe modules: {cycles}'
     assert up == [], f'modules importing one not below them: {up}'
+    assert not {'learner', 'preempt'} & set(g['parts']), f"parts imports {set(g['parts'])}: errors live where they are raised (core)"
 
 def test_the_check_sees_a_cycle(tmp_path):
     (tmp_path/'a.py').write_text('from .b import x\n')
