@@ -104,13 +104,13 @@ def before_fit(self:CheckpointCallback):
     self.far_claim = claim_checkpoints(self.root) if self.local else None    # `path` too: its owner, or a probe that it can be written
     self.fit_idx, run.fits = run.fits, run.fits + 1
     self.steps_before, self.fit_steps, self.setup = run.steps, 0, setup_signature(self.learn)
-    self.parts = TrainingState(self.learn, self.extra)
+    self.parts = TrainingState(self.learn, self.extra, header=[PositionState(self.learn, self)])   # the position: where the loops are, and this callback's step counts
     here = self.local_root.absolute() if self.local_root is not None else self.storage.absolute(self.root)   # where that is, in full
     where = f'ddpsafe: checkpoints in {here}' + (f', uploaded to {self.root}' if self.local else '')
     if is_main() and where not in run.said: run.said.add(where); print(where)
     if is_main() and (note := late_callbacks_note(self.parts, self.order)) and note not in run.said: run.said.add(note); print(note)
     if is_main() and (note := loader_note(self.dls.train)) and note not in run.said: run.said.add(note); print(note)
-    self.last_pos, self.stopped_by, self.skipped_fit, self.ran_epoch, self.in_train = None, None, False, False, False
+    self.last_pos, self.stopped_by, self.skipped_fit, self.ran_epoch = None, None, False, False
     self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(_NOT_ASKED), False, False, False
     self.last_save, self.timer_raised, self.saved_stop = time.monotonic(), False, False
     self.writer, self.state_buffers = (AsyncWriter(), StateBuffers()) if self.async_save else (None, None)
@@ -173,13 +173,11 @@ def before_epoch(self:CheckpointCallback):
 @patch
 def before_train(self:CheckpointCallback):
     "The epoch's training begins: a checkpoint now resumes inside it"
-    self.in_train = True
     self.parts.event('begin_epoch')
 
 @patch
 def after_train(self:CheckpointCallback):
     "The epoch's training is over: a checkpoint now resumes at the next epoch"
-    self.in_train = False
     self.parts.event('end_epoch')
 
 # %% ../nbs/08_checkpoint.ipynb #467b7f9b
@@ -248,11 +246,8 @@ def after_epoch(self:CheckpointCallback):
 # %% ../nbs/08_checkpoint.ipynb #1bd7e57b
 @patch
 def position(self:CheckpointCallback) -> dict:
-    "Where the run is, at a step or epoch boundary"
-    done = not self.in_train
-    return dict(epoch=self.epoch, iter=self.n_iter if done else self.iter+1, epoch_done=done, train_iter=self.train_iter,
-                pct_train=self.pct_train, n_epoch=self.n_epoch, fit_steps=self.fit_steps,
-                global_step=self.steps_before+self.fit_steps, fit=self.fit_idx, train_batches=len(self.dls.train))
+    "Where the run is, at a step or epoch boundary: the state of the registry's part `position` (`PositionState`)"
+    return self.parts['position'].state_dict()
 
 # %% ../nbs/08_checkpoint.ipynb #5f7c482a
 @patch
@@ -265,7 +260,7 @@ def save(self:CheckpointCallback,
     pos = self.position()
     if (pos['global_step'], pos['epoch_done']) == self.last_pos and not (stop and not self.saved_stop): return False   # a late stop saves its step again: the manifest must say it
     self._settle()
-    header = dict(**pos, world_size=world(), setup=self.setup,
+    header = dict(world_size=world(), setup=self.setup,
                   versions=dict(torch=str(torch.__version__), fastai=fastai.__version__, ddpsafe=ddpsafe.__version__))
     meta = dict(epoch=pos['epoch'], iter=pos['iter'], epoch_done=pos['epoch_done'], fit=pos['fit'], reason=reason, stop=stop,
                 finished=finished, world_size=world(), monitor=self.monitor, comp=_name(self.comp),
@@ -371,7 +366,7 @@ def _resume(self:CheckpointCallback):
     load(skip=set(self.parts.names) - {'model'})   # the weights first: another model is refused by them, with its file named
     changed = check_setup(ck, state.get('setup'), self.setup, self.accept_changes)
     load(skip={'model'} | ({'optimizer'} if 'optimizer' in changed else set()))
-    self._restore(state, same_fit='fit' not in changed)
+    self._restore(self.parts['position'].resumed, same_fit='fit' not in changed)
     if is_main():
         print(resume_message(ck, state, self.n_epoch, len(self.dls.train)))
         if state['world_size'] != world(): print(world_change_message(ck, state))

@@ -19,14 +19,14 @@ from .io import writer_for
 from .snapshot import map_tensors
 from .manifest import uncompiled_key, SHARD_INDEX
 from .sharded import is_sharded, full_weights, load_full_weights, full_optimizer_state, shard_optimizer_state
-from .learner import CheckpointMismatch
 
 # %% auto #0
-__all__ = ['PART_MAKERS', 'LEGACY_PARTS', 'Part', 'register_part', 'model_weights', 'load_weights', 'rng_state', 'set_rng_state',
-           'rank_rng_state', 'unknown_order', 'loader_kind', 'loader_name', 'loader_state', 'set_loader_state',
-           'ModelState', 'OptimizerState', 'RecorderState', 'TrackerState', 'LoaderState', 'RNGState', 'loader_note',
-           'stop_persistent_workers', 'ScalerState', 'scaler_part', 'state_digest', 'UserState', 'callback_parts',
-           'TrainingState', 'fitting', 'late_callbacks_note', 'checkpoint_writers', 'own_state', 'check_parts']
+__all__ = ['PART_MAKERS', 'POSITION', 'LEGACY_PARTS', 'Part', 'register_part', 'model_weights', 'load_weights', 'rng_state',
+           'set_rng_state', 'rank_rng_state', 'unknown_order', 'loader_kind', 'loader_name', 'loader_state',
+           'set_loader_state', 'ModelState', 'OptimizerState', 'RecorderState', 'TrackerState', 'LoaderState',
+           'RNGState', 'loader_note', 'stop_persistent_workers', 'PositionState', 'ScalerState', 'scaler_part',
+           'state_digest', 'UserState', 'callback_parts', 'TrainingState', 'fitting', 'late_callbacks_note',
+           'checkpoint_writers', 'own_state', 'check_parts']
 
 # %% ../nbs/07b_parts.ipynb #7b000010
 class Part:
@@ -34,7 +34,8 @@ class Part:
     file:str = 'state.pt'   # The checkpoint file it goes to
     whole:bool = False      # Is it the whole file? Else it is the entry `key` of the dict the file holds
     ranks:str = 'one'       # Whose state is kept: 'one' (rank 0's: every rank holds the same), 'each' (every rank's), 'auto' (one when all ranks hold the same, else each)
-    when_missing:str = 'keep' # A checkpoint without it: 'keep' this run's own state (and say so), or 'refuse' the checkpoint
+    when_missing:str = 'keep' # A checkpoint without it: 'keep' this run's own state (and say so), 'ask' (refuse it unless `accept_changes='parts'`), or 'refuse' it
+    header:bool = False     # Is it in the header of `state.pt`, which every checkpoint has held (its entries at the file's top level, named in no list of parts)?
     source = 'the checkpoint' # Where a resume read its state from (set by the registry, for errors)
     def __init__(self,
                  name:str,            # Its name, in messages and in the manifest
@@ -181,12 +182,6 @@ def set_loader_state(dl, s) -> bool:
         if s['epoch'] is not None and isinstance(_sampler(dl), tud.DistributedSampler): _sampler(dl).set_epoch(s['epoch'])
     return True
 
-# %% ../nbs/07b_parts.ipynb #12db519f
-from .preempt import watch_worker_start
-
-_TORCHDATA = 'torchdata.stateful_dataloader.stateful_dataloader'
-watch_worker_start(_TORCHDATA, '_StatefulMultiProcessingDataLoaderIter', named=False)
-
 # %% ../nbs/07b_parts.ipynb #7b000020
 def _plain(o):
     "A recorded value as a plain float (or `None`)"
@@ -292,6 +287,23 @@ def stop_persistent_workers(dl):
     if isinstance(it, tud.dataloader._MultiProcessingDataLoaderIter):
         it._shutdown_workers(); dl._iterator = None
 
+# %% ../nbs/07b_parts.ipynb #689c00cc
+POSITION = ('epoch', 'iter', 'epoch_done', 'train_iter', 'pct_train', 'n_epoch', 'fit_steps', 'global_step', 'fit', 'train_batches')   # in `state.pt`'s header, in this order
+
+class PositionState(Part):
+    "Where the run is at a step or epoch boundary: epoch, batch, optimizer steps, fit"
+    header,when_missing = True,'refuse'
+    def __init__(self, learn:Learner,
+                 steps): # What counts the optimizer steps: `fit_idx` (this fit's index in the run), `steps_before` (the run's earlier fits'), `fit_steps` (this fit's)
+        super().__init__('position'); self.learn,self.steps,self.in_train,self.resumed = learn,steps,False,None
+    def begin_epoch(self): self.in_train = True
+    def end_epoch(self): self.in_train = False
+    def state_dict(self) -> dict:
+        l, s, done = self.learn, self.steps, not self.in_train
+        return dict(epoch=l.epoch, iter=l.n_iter if done else l.iter+1, epoch_done=done, train_iter=l.train_iter, pct_train=l.pct_train,
+                    n_epoch=l.n_epoch, fit_steps=s.fit_steps, global_step=s.steps_before+s.fit_steps, fit=s.fit_idx, train_batches=len(l.dls.train))
+    def load_state_dict(self, d:dict): self.resumed = {k: d[k] for k in POSITION if k in d}   # older checkpoints lack the newer entries
+
 # %% ../nbs/07b_parts.ipynb #7b000022
 class ScalerState(Part):
     "The mixed-precision loss scaler `learn.scaler` of this fit: its scale and growth tracker"
@@ -332,7 +344,7 @@ def _stateful(o) -> bool:
 
 class UserState(Part):
     "The state of a callback or object of yours, by its `state_dict()` and `load_state_dict()`; set at the resume point"
-    file,ranks = 'user.pt','auto'
+    file,ranks,when_missing = 'user.pt','auto','ask'   # a callback added since: the user says whether it may start afresh
     def __init__(self, name:str, obj):
         if not _stateful(obj): raise TypeError(f'{name}: {type(obj).__name__} has no state_dict() and load_state_dict(): ddpsafe cannot save it')
         super().__init__(name); self.obj,self.resumed = obj,None
@@ -356,8 +368,11 @@ LEGACY_PARTS = ('model', 'optimizer', 'recorder', 'trackers', 'loaders', 'rng') 
 
 class TrainingState:
     "The registry of one fit's training state: every part a checkpoint holds, in the order a resume loads them"
-    def __init__(self, learn:Learner, extra:dict|None=None): # Objects of yours to save too, by name
+    def __init__(self, learn:Learner,
+                 extra:dict|None=None, # Objects of yours to save too, by name
+                 header=()):           # Parts of `state.pt`'s header, first: the position (`PositionState`)
         self.parts = {}
+        for p in header: self.add(p)
         for make in PART_MAKERS:
             for p in listify(make(learn)): self.add(p)
         for name, o in (extra or {}).items(): self.add(UserState(name, o))
@@ -372,7 +387,9 @@ class TrainingState:
     def __iter__(self): return iter(self.parts.values())
     def __repr__(self): return f'TrainingState({", ".join(map(repr, self))})'
     @property
-    def names(self) -> list: return list(self.parts)
+    def names(self) -> list:
+        "The parts named in a checkpoint's list of parts: all but the header's"
+        return [p.name for p in self if not p.header]
 
     def event(self, name:str):
         "Call method `name` of each part that has it: `begin_epoch`, `end_epoch`, `at_resume_point`"
@@ -418,12 +435,14 @@ def collect(self:TrainingState,
 @patch
 def contents(self:TrainingState,
              states:dict, # What `collect` returned
-             header:dict  # What `state.pt` holds besides the parts: the position, the setup...
+             header:dict  # What `state.pt` holds besides the parts: the world size, the setup...
             ) -> dict:
-    "Each file of a checkpoint, and what it holds: a whole part's state, or a dict of parts' states"
-    files = {'state.pt': dict(header, parts=self.names)}
+    "Each file of a checkpoint, and what it holds: a whole part's state, or a dict of parts' states; the header parts' entries first in `state.pt`"
+    top = {k: v for p in self if p.header for k, v in states[p.name].items()}
+    files = {'state.pt': dict(top, **header, parts=self.names)}
     for p in self:
         s = states[p.name]
+        if p.header: continue
         if not p.whole: files.setdefault(p.file, {})[p.key] = s
         elif s is not None: files[p.file] = s     # `None`: all of it is in the shards
     return files
@@ -432,7 +451,7 @@ def contents(self:TrainingState,
 def files_of(self:TrainingState,
              contents:dict): # What `contents` returned
     "The file each part went to, as the manifest records it: a part whose whole file is not written is in the shards (`SHARD_INDEX`)"
-    return {p.name: p.file if p.file in contents else SHARD_INDEX for p in self}
+    return {p.name: p.file if p.file in contents else SHARD_INDEX for p in self if not p.header}
 
 def checkpoint_writers(contents:dict) -> dict:
     "A writer for each file of a checkpoint, in the format its name says: safetensors, else `torch.save`"
@@ -462,9 +481,9 @@ def load(self:TrainingState,
     cache = dict(read_files or {})
     def contents(p):
         if p.file not in cache: cache[p.file] = read(p.file, **getattr(p, 'read_kwargs', {}))
-        return cache[p.file] if p.whole else cache[p.file][p.key]
+        return cache[p.file] if p.whole or p.header else cache[p.file][p.key]
     for p in self:
-        if p.name in skip or p.name not in saved: continue
+        if p.name in skip or (p.name not in saved and not p.header): continue   # every checkpoint holds the header
         p.source = ck/p.file          # a local `Path`, or a URL's
         if index is not None and callable(getattr(p, 'load_shards', None)):
             p.load_shards(contents(p) if p.file in present else None, ck, index); continue
@@ -482,10 +501,12 @@ def check_parts(ck,                 # The checkpoint, for messages
     if required := [n for n in lacking if state[n].when_missing == 'refuse']:
         raise CheckpointMismatch(f'{ck} does not hold {", ".join(required)}, which a resume needs: it is not a checkpoint of this run')
     if not (lacking or unused): return
-    words = '; '.join(w for w in (f'it lacks {", ".join(lacking)}' if lacking else '', f'it holds {", ".join(unused)}, which this run does not have' if unused else '') if w)
-    if saved is not None and 'parts' not in accept:
-        raise CheckpointMismatch(f'{ck} holds other parts of the training state than this run: {words}. Resuming would not continue the run '
+    def said(lacks, holds): return '; '.join(w for w in (f'it lacks {", ".join(lacks)}' if lacks else '', f'it holds {", ".join(holds)}, which this run does not have' if holds else '') if w)
+    asked = [n for n in lacking if state[n].when_missing != 'keep']    # the parts of yours: 'ask'
+    if saved is not None and (asked or unused) and 'parts' not in accept:
+        raise CheckpointMismatch(f'{ck} holds other parts of the training state than this run: {said(asked, unused)}. Resuming would not continue the run '
                                  "that saved it. To go on anyway, pass `CheckpointCallback(accept_changes='parts')`; to start afresh, use another `path` or `resume=False`")
     if is_main():
-        why = 'was written before ddpsafe named the parts it saves' if saved is None else 'holds other parts than this run, as you accepted'
-        print(f"ddpsafe: resuming {ck}, which {why}: {words}. " + (f"{', '.join(lacking)} start{'s'*(len(lacking)==1)} from this run's own state" if lacking else 'those are not loaded'))
+        why = ('was written before ddpsafe named the parts it saves' if saved is None else 'holds other parts than this run, as you accepted' if asked or unused
+               else 'has no state for some parts of this run')
+        print(f"ddpsafe: resuming {ck}, which {why}: {said(lacking, unused)}. " + (f"{', '.join(lacking)} start{'s'*(len(lacking)==1)} from this run's own state" if lacking else 'those are not loaded'))

@@ -271,3 +271,7 @@ def watch_worker_start(module:str,       # The module that defines `cls`: torch'
     __init__.__doc__ = f"{cls}'s start, watched by ddpsafe"
 
 watch_worker_start('torch.utils.data.dataloader', '_MultiProcessingDataLoaderIter')
+
+# %% ../nbs/06_preempt.ipynb #12db519f
+_TORCHDATA = 'torchdata.stateful_dataloader.stateful_dataloader'
+watch_worker_start(_TORCHDATA, '_StatefulMultiProcessingDataLoaderIter', named=False)

@@ -1,0 +1,27 @@
+"ddpsafe's modules stand in floors: no import cycle, no module importing one above it (measured by `tools/structure.py`)"
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location('structure', ROOT/'tools'/'structure.py')
+structure = importlib.util.module_from_spec(spec); spec.loader.exec_module(structure)
+
+def floors_of(pkg:Path):
+    g = structure.graph(structure.modules(pkg))
+    fl, cycles = structure.floors(g)
+    return g, fl, cycles, structure.upward(g, fl)
+
+def test_no_import_cycle():
+    g, fl, cycles, up = floors_of(ROOT/'ddpsafe')
+    assert 'core' in g and 'checkpoint' in g and fl['demo'] == max(fl.values())
+    assert cycles == [], f'import cycles between ddpsafe modules: {cycles}'
+    assert up == [], f'modules importing one not below them: {up}'
+    assert not {'learner', 'preempt'} & set(g['parts']), f"parts imports {set(g['parts'])}: errors live where they are raised (core)"
+
+def test_the_check_sees_a_cycle(tmp_path):
+    (tmp_path/'a.py').write_text('from .b import x\n')
+    (tmp_path/'b.py').write_text('import os\ndef f():\n    from ddpsafe.a import y\n')   # lazy, inside a function: still a cycle
+    (tmp_path/'c.py').write_text('from . import a\n')
+    g, fl, cycles, up = floors_of(tmp_path)
+    assert cycles == [['a', 'b']] and fl['c'] == fl['a'] + 1
+    assert {(a, b) for a, b, _ in up} == {('a', 'b'), ('b', 'a')}
