@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/snapshot.html.md"""
 
 # %% ../nbs/07_snapshot.ipynb #bf32d487
 from __future__ import annotations
-import os, sys, queue, threading, contextlib
+import os, sys, time, queue, threading, contextlib
 import torch
 from .core import is_dtensor
 
@@ -63,14 +63,16 @@ class AsyncWriter:
     "One background write at a time, on a thread of its own"
     def __init__(self, nice:int|None=19): # The writer thread's niceness (Linux); `None`: the process's own
         self.nice,self.thread,self.error,self.jobs,self.idle = nice,None,None,queue.SimpleQueue(),threading.Event()
+        self.seconds = None   # how long the last write took: `every_seconds='auto'` never saves faster
         self.idle.set()
 
     def _loop(self):
         if self.nice is not None: lower_priority(self.nice)
         while (write := self.jobs.get()) is not None:
+            began = time.monotonic()
             try: write()
             except BaseException as e: self.error = e
-            finally: self.idle.set()
+            finally: self.seconds = time.monotonic() - began; self.idle.set()
 
     def wait(self) -> BaseException|None:
         "Wait for the write in flight; its exception, if any"
