@@ -558,7 +558,7 @@ def _wait_for_main(store, key:str,
         if waited > ddp_timeout(): raise DistTimeout(f'rank {rank()} waited {waited:.0f}s for {what} at {key}', [0])
     return store.get(key)
 
-def on_main_alone(key:str, # Names the call, the same on every rank: a file's path
+def on_main_alone(key:str, # Names the call, the same on every rank: a file's name
                   f, *args, **kwargs):
     "Run `f` on rank 0, which never waits; every other rank that makes the call with `key` gets rank 0's outcome"
     if not coordinating(): return f(*args, **kwargs)
@@ -575,7 +575,7 @@ def on_main_alone(key:str, # Names the call, the same on every rank: a file's pa
     raise err from RemoteTraceback(f'raised on rank 0:\n{tb}')
 
 # %% ../nbs/00_core.ipynb #42b9d613
-def made_by_all(key:str # Names the call, the same on every rank: 'read:' and a file's path
+def made_by_all(key:str # Names the call, the same on every rank: 'read:' and a file's name
                ) -> bool:
     "Do all ranks make this call together? `False` once the others are seen waiting elsewhere: each rank that makes it acts alone"
     if not coordinating(): return True

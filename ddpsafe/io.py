@@ -54,8 +54,8 @@ def writer_for(obj,            # What to save
 
 # %% ../nbs/02_io.ipynb #222c6c63
 def _key(path:Path) -> str:
-    "`path` as the script names it, the same on every rank even where each works in a folder of its own (node-local disks)"
-    return str(path)
+    "The name that pairs a call on `path` across ranks: the file's name, the same on every rank even where each has a folder of its own (node-local disks)"
+    return Path(str(path)).name
 
 def _written_on_main(path:Path, write) -> Path:
     "`commit_file(path, write)` on rank 0, which never waits; another rank gets the outcome, or goes on without it when rank 0 is elsewhere"
