@@ -15,14 +15,14 @@ from fastai.learner import Learner
 from fastai.callback.core import Callback, CancelFitException, GatherPredsCallback
 from .core import *
 from .io import *
-from .learner import fastai_stock, patch_fastai
+from .patching import fastai_stock, patch_fastai
 
 # %% auto #0
 __all__ = ['DECIDING_CALLBACKS', 'TRAINERS', 'fitting', 'training_fit', 'at_fit_end', 'CallbacksDiffer', 'deciding',
            'trains_together', 'check_deciding_callbacks', 'patch_fastai']
 
 # %% ../nbs/04_callbacks.ipynb #3c3b2095
-_all_ = ['patch_fastai']   # defined in `ddpsafe.learner`; still importable from here
+_all_ = ['patch_fastai']   # defined in `ddpsafe.patching`; still importable from here
 
 # %% ../nbs/04_callbacks.ipynb #484fb9af
 _fits = weakref.WeakKeyDictionary()   # learner -> what to close when its `fit` ends, while it is inside one

@@ -341,7 +341,8 @@ def save(self:CheckpointCallback,
 def _commit(self:CheckpointCallback, step:int, files:dict, meta:dict) -> Path:
     "Write the checkpoint, then rotate (rank 0); with `local`, there, then hand it to the uploader"
     self.claim.check()
-    return self._rotate(write_checkpoint(self.local_root or self.root, step, files, meta))
+    storage = self.storage if self.local_root is None else storage_for(self.local_root)   # chosen when the fit began
+    return self._rotate(write_checkpoint(self.local_root or self.root, step, files, meta, storage))
 
 # %% ../nbs/08_checkpoint.ipynb #c90c37c2
 @patch
@@ -355,9 +356,9 @@ def _commit_shards(self:CheckpointCallback, step:int, files:dict, meta:dict, sha
 @patch
 def _rotate(self:CheckpointCallback, ck:Path) -> Path:
     "Rotate after committing `ck`; with `local`, hand it to the uploader (rank 0)"
-    root = self.local_root or self.root
-    rotate(root, self.keep, best=best_checkpoint(root, self.comp), written=ck,    # `ck` was hashed as written
-           also=self.uploader.in_use() if self.uploader else ())
+    root, storage = self.local_root or self.root, self.storage if self.local_root is None else storage_for(self.local_root)
+    rotate(root, self.keep, best=best_checkpoint(root, self.comp, storage), written=ck,    # `ck` was hashed as written
+           also=self.uploader.in_use() if self.uploader else (), storage=storage)
     if self.uploader is not None: self._upload(ck)
     return ck
 

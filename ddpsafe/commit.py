@@ -129,9 +129,10 @@ def _fsync(path:Path|str):
     try: os.fsync(fd)
     finally: os.close(fd)
 
-def fsync_path(path:Path|str):
+def fsync_path(path:Path|str,
+               storage=None): # The storage `path` is on, when the caller knows it: `storage_for(path)` by default
     "Flush the file or folder at `path` to disk (on object storage, nothing to do)"
-    storage_for(path).fsync(path)
+    (storage or storage_for(path)).fsync(path)
 
 # %% ../nbs/01a_commit.ipynb #f2126d1e
 def errno_of(e:BaseException) -> int|None:
@@ -178,18 +179,20 @@ def _discard_local(path:Path):
     _remove(aside)
 
 def discard(path:Path|str,
-            marker:str|None=None): # Object storage: the file in folder `path` that makes it count, deleted first
+            marker:str|None=None, # Object storage: the file in folder `path` that makes it count, deleted first
+            storage=None):        # The storage `path` is on, when the caller knows it: `storage_for(path)` by default
     "Delete `path` in one step: rename aside, then remove"
-    storage_for(path).discard(path, marker)
+    (storage or storage_for(path)).discard(path, marker)
 
 def committing(final:Path|str,      # The file or folder to put in place
                folder:bool=False,   # The temporary is a folder (created empty) instead of a file path
                what:str|None=None,  # How an error names the target (default: its path)
                kept:str=_KEPT,      # What an error says is left as it was
-               marker:str|None=None # Object storage: the file the block writes last into the folder, which makes it count
+               marker:str|None=None, # Object storage: the file the block writes last into the folder, which makes it count
+               storage=None         # The storage `final` is on, when the caller knows it: `storage_for(final)` by default
               ):
     "A temporary beside `final` to write at, committed on exit"
-    return storage_for(final).committing(final, folder, what, kept, marker)
+    return (storage or storage_for(final)).committing(final, folder, what, kept, marker)
 
 @contextmanager
 def _committing_local(final:Path, folder:bool, what:str|None, kept:str):
@@ -209,11 +212,11 @@ def _committing_local(final:Path, folder:bool, what:str|None, kept:str):
     if prev: _remove(prev)
 
 # %% ../nbs/01a_commit.ipynb #87d16095
-def file_digest(path:Path|str, chunk:int=1<<22) -> str:
-    "The xxh3-64 checksum of `path`, in hex"
+def file_digest(path:Path|str, chunk:int=1<<22, storage=None) -> str:
+    "The xxh3-64 checksum of `path`, in hex (`storage`: the one `path` is on, when the caller knows it)"
     h, buf = xxhash.xxh3_64(), bytearray(chunk)
     view = memoryview(buf)
-    with storage_for(path).open(path) as f:
+    with (storage or storage_for(path)).open(path) as f:
         while n := f.readinto(buf): h.update(view[:n])
     return h.hexdigest()
 
@@ -236,17 +239,18 @@ class FileWriter:
 # %% ../nbs/01a_commit.ipynb #9bb00f4b
 def write_file(path:Path|str,     # Where to write
                writer,            # bytes, a `FileWriter`, or a function that writes the file at the path it gets
-               digest:bool=True   # Return the file's size and checksum?
+               digest:bool=True,  # Return the file's size and checksum?
+               storage=None       # The storage `path` is on, when the caller knows it: `storage_for(path)` by default
               ) -> dict|None:
     "Write `path` with `writer`; with `digest`, its size and xxh3"
     if isinstance(writer, (bytes, bytearray, memoryview)): writer = FileWriter(lambda f, data=writer: f.write(data))
-    return storage_for(path).write(path, writer, digest)
+    return (storage or storage_for(path)).write(path, writer, digest)
 
 def _write_local(path:Path, writer, digest:bool) -> dict|None:
     "Write the local file `path`: a function writes it itself, a `FileWriter` through a `HashingFile`"
     if not isinstance(writer, FileWriter):
         writer(path)
-        return dict(size=path.stat().st_size, xxh3=file_digest(path)) if digest else None
+        return dict(size=path.stat().st_size, xxh3=file_digest(path, storage=_LOCAL_STORAGE)) if digest else None
     with open(path, 'wb') as raw:
         f = HashingFile(raw) if digest else raw
         writer.write_to(f)

@@ -207,10 +207,11 @@ def _awaited_worker(it) -> str:
     except Exception: pass
     return ''
 
+_stands_for = {}   # code object -> the target ('Class.method', 'function') of fastai's or torch's a function of ddpsafe replaces or adds: `patch_fastai` fills it
+
 def _method_names(full:bool=False) -> dict: # 'Learner.save' rather than 'save'?
-    "Code object -> method name, for ddpsafe's functions that replace or add fastai's methods (`patch_fastai`'s registry)"
-    import ddpsafe
-    return {f.__code__: t if full else t.rpartition('.')[2] for (_, t), f in ddpsafe.__dict__.get('_fastai_patches', {}).items() if hasattr(f, '__code__')}
+    "Code object -> method name, for ddpsafe's functions that replace or add fastai's methods (`_stands_for`)"
+    return {c: t if full else t.rpartition('.')[2] for c, t in list(_stands_for.items())}
 
 def _module(f) -> str: return f.f_globals.get('__name__') or ''
 def _ours(f) -> bool: return _module(f).split('.')[0] == 'ddpsafe'

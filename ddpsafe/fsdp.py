@@ -14,7 +14,8 @@ from fastcore.basics import noop, store_attr
 from fastai.learner import Learner
 from fastai.callback.core import Callback
 from .core import *
-from .learner import start_process_group, patch_fastai
+from .learner import start_process_group
+from .patching import patch_fastai
 from .sharded import _device
 
 # %% auto #0

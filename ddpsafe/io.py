@@ -48,7 +48,7 @@ def writer_for(obj,            # What to save
                path:Path,      # Where: the suffix picks the format
                **torch_save_kwargs):
     "A writer of `obj` in the format of `path`'s suffix"
-    if as_path(path).suffix == '.safetensors': return _safetensors_writer(obj)
+    if Path(str(path)).suffix == '.safetensors': return _safetensors_writer(obj)   # a name's suffix: no storage to ask
     if isinstance(obj, (bytes, bytearray)): return FileWriter(lambda f: f.write(obj))
     return torch_writer(obj, **torch_save_kwargs)
 

@@ -19,7 +19,6 @@ from fastcore.meta import delegates
 from fastcore.foundation import L
 from fastcore.xtras import join_path_file
 import fastai.learner, fastai.torch_core
-import ddpsafe
 from fastai.learner import Learner
 from fastai.data.core import DataLoaders
 from fastai.torch_core import get_model
@@ -28,80 +27,14 @@ from .sharded import is_sharded, full_weights, load_full_weights, full_optimizer
 from .io import *
 
 # %% auto #0
-__all__ = ['fastai_stock', 'fastai_patches', 'BN_ON_CPU_NOTE', 'when_imported', 'patch_fastai', 'has_batchnorm', 'usable_sync_bn',
-           'start_process_group', 'patch_distributed', 'fastai_safe_globals', 'save_model', 'load_model',
-           'pickled_modules', 'from_ddpsafe', 'ddpsafe_parts', 'without_ddpsafe', 'load_learner', 'patch_text_learner',
-           'load_dls']
+__all__ = ['BN_ON_CPU_NOTE', 'has_batchnorm', 'usable_sync_bn', 'start_process_group', 'patch_distributed', 'fastai_safe_globals',
+           'save_model', 'load_model', 'pickled_modules', 'from_ddpsafe', 'ddpsafe_parts', 'without_ddpsafe',
+           'load_learner', 'patch_text_learner', 'load_dls', 'when_imported', 'fastai_stock', 'fastai_patches',
+           'patch_fastai']
 
-# %% ../nbs/03_learner.ipynb #4299ebb3
-import importlib.abc, importlib.util
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    "Call `f` after module `name` is first imported; a mere `find_spec` of it leaves the hook in place"
-    def __init__(self, name, f): self.name,self.f,self.busy = name,f,False
-    def find_spec(self, fullname, path, target=None):
-        if fullname != self.name or self.busy: return None
-        self.busy = True
-        try: spec = importlib.util.find_spec(fullname)     # the other finders' spec
-        finally: self.busy = False
-        if spec is None or spec.loader is None: return spec
-        run = spec.loader.exec_module
-        def exec_module(module):
-            run(module)
-            if self in sys.meta_path: sys.meta_path.remove(self)
-            self.f()
-        spec.loader.exec_module = exec_module
-        return spec
-
-def when_imported(name:str, f):
-    "Call `f` once module `name` is imported"
-    if name in sys.modules: f()
-    else: sys.meta_path.insert(0, _AfterImport(name, f))
-
-# %% ../nbs/03_learner.ipynb #a06a36ef
-fastai_stock = ddpsafe.__dict__.setdefault('_fastai_stock', {})       # target -> fastai's (or torch's) original, `None` for a method ddpsafe adds: once a process, in ddpsafe's package
-fastai_patches = ddpsafe.__dict__.setdefault('_fastai_patches', {})   # (module, target) -> ddpsafe's function: every target given to `patch_fastai`
-_waiting = ddpsafe.__dict__.setdefault('_fastai_waiting', {})         # module -> {target: function}, until the module is imported
-
-def _rebind(lib:str, old:list, new):
-    "Point every name in a loaded module of `lib` that is bound to one of `old` at `new`"
-    for name, mod in list(sys.modules.items()):
-        if mod is None or not (name == lib or name.startswith(lib + '.')): continue
-        for attr, val in list(vars(mod).items()):
-            if any(val is o for o in old): setattr(mod, attr, new)
-
-def _keep(target:str, original):
-    "`target`'s original in `fastai_stock`: `original`, unless one was kept before in this process"
-    if target not in fastai_stock: fastai_stock[target] = original
-    return fastai_stock[target]
-
-def _apply(module:str, target:str, f):
-    "Make `f` the `target` of imported `module`, keeping the original the first time"
-    mod, (owner, _, name) = sys.modules[module], target.rpartition('.')
-    if not owner: return _rebind(module.split('.')[0], [_keep(target, getattr(mod, name)), getattr(mod, name)], f)
-    cls = getattr(mod, owner)
-    _keep(target, cls.__dict__.get(name))
-    f.__name__, f.__qualname__ = name, target   # its frames keep the function's own name: fastcore's docments finds its source by it
-    setattr(cls, name, f)
-
-def _apply_waiting(module:str):
-    "Apply the patches that waited for `module` to be imported"
-    for target, f in _waiting.pop(module, {}).items(): _apply(module, target, f)
-
-def patch_fastai(module:str, # The module that defines the target: 'fastai.callback.tracker', 'torch.utils.data.dataloader'
-                 target:str  # 'Class.method' (replaced or added), or 'function' (replaced wherever its library bound it)
-                ):
-    "Decorator: make the function `module`'s `target`, now or once `module` is imported"
-    def deco(f):
-        if other := next((m for m, t in fastai_patches if t == target and m != module), None):
-            raise ValueError(f"patch_fastai: {target} is patched in {other} already, and `fastai_stock` keeps one original per name")
-        fastai_patches[module, target] = f
-        if module in sys.modules: _apply(module, target, f)
-        else:
-            if module not in _waiting: when_imported(module, lambda: _apply_waiting(module))
-            _waiting.setdefault(module, {})[target] = f
-        return f
-    return deco
+# %% ../nbs/03_learner.ipynb #9f676b2b
+from .patching import when_imported, fastai_stock, fastai_patches, patch_fastai
+_all_ = ['when_imported', 'fastai_stock', 'fastai_patches', 'patch_fastai']   # defined in `ddpsafe.patching`; still importable from here
 
 # %% ../nbs/03_learner.ipynb #416afe24
 BN_ON_CPU_NOTE = ("ddpsafe: training with sync_bn=False: the model has BatchNorm layers and this machine has no CUDA, and DDP's "

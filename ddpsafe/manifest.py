@@ -44,38 +44,44 @@ def plain_key(k:str) -> str:
 
 # %% ../nbs/05_manifest.ipynb #547aa136
 def checkpoint_folder(root:Path|str, # The checkpoints folder
-                      step:int       # Optimizer steps done: the checkpoint's name
+                      step:int,      # Optimizer steps done: the checkpoint's name
+                      storage=None   # The storage it is on, when the caller knows it (`storage_for` by default)
                      ):
     "A temporary folder for checkpoint `step`, renamed into place on exit"
-    storage = storage_for(root)
+    storage = storage or storage_for(root)
     root = storage.path(root); storage.make_dir(root)      # object storage: nothing to make
     final = root/checkpoint_name(step)
-    return committing(final, folder=True, what=f'checkpoint {final}', kept='earlier checkpoints are unchanged', marker=MANIFEST)
+    return committing(final, folder=True, what=f'checkpoint {final}', kept='earlier checkpoints are unchanged', marker=MANIFEST, storage=storage)
 
 def fill_checkpoint(folder:Path,   # The temporary folder `checkpoint_folder` gave
                     step:int,      # Optimizer steps done
                     files:dict,    # File name -> writer: bytes, a `FileWriter`, or a function that writes the file at the path it gets
                     meta:dict|None=None, # Anything JSON can hold, stored in the manifest (epoch, metric...)
-                    written:dict|None=None # Files already in `folder` (other ranks' shards): name -> size and xxh3
+                    written:dict|None=None, # Files already in `folder` (other ranks' shards): name -> size and xxh3
+                    storage=None   # The storage it is on, when the caller knows it (`storage_for` by default)
                    ):
     "Write `files` into `folder`, then the manifest of them and `written`, last"
-    entries = {**(written or {}), **_write_files(folder, files, storage_for(folder).writers)}
+    storage = storage or storage_for(folder)
+    entries = {**(written or {}), **_write_files(folder, files, storage)}
     manifest = dict(format=FORMAT, step=step, time=time.time(), **(meta or {}), files=entries)
-    write_file(folder/MANIFEST, json.dumps(manifest, indent=1).encode(), digest=False)
+    write_file(folder/MANIFEST, json.dumps(manifest, indent=1).encode(), digest=False, storage=storage)
 
 def write_checkpoint(root:Path|str,  # The checkpoints folder
                      step:int,       # Optimizer steps done: the checkpoint's name
                      files:dict,     # File name -> writer: bytes, a `FileWriter`, or a function that writes the file at the path it gets
-                     meta:dict|None=None # Anything JSON can hold, stored in the manifest (epoch, metric...)
+                     meta:dict|None=None, # Anything JSON can hold, stored in the manifest (epoch, metric...)
+                     storage=None    # The storage it is on, when the caller knows it (`storage_for` by default)
                     ) -> Path:
     "Write a checkpoint folder, complete or not at all"
-    with checkpoint_folder(root, step) as tmp: fill_checkpoint(tmp, step, files, meta)
-    return as_path(root)/checkpoint_name(step)
+    storage = storage or storage_for(root)
+    with checkpoint_folder(root, step, storage) as tmp: fill_checkpoint(tmp, step, files, meta, storage=storage)
+    return storage.path(root)/checkpoint_name(step)
 
-def _write_files(folder, files:dict, writers:int) -> dict:
-    "Write the files, `writers` side by side; flush each to disk on another thread while the next is written"
+def _write_files(folder, files:dict, storage) -> dict:
+    "Write the files, `storage.writers` side by side; flush each to disk on another thread while the next is written"
+    writers = storage.writers
     with ThreadPoolExecutor(1, thread_name_prefix='ddpsafe-flush') as flusher:
-        def write(name, w): return write_file(folder/name, w), flusher.submit(fsync_path, folder/name)
+        def write(name, w): return write_file(folder/name, w, storage=storage), flusher.submit(fsync_path, folder/name, storage)
         if writers <= 1: done = {name: write(name, w) for name, w in files.items()}
         else:
             with ThreadPoolExecutor(min(writers, len(files)) or 1, thread_name_prefix='ddpsafe-upload') as pool:
@@ -89,9 +95,11 @@ class CorruptCheckpoint(ValueError):
     "A checkpoint folder that does not match its manifest"
 
 # %% ../nbs/05_manifest.ipynb #c59837f2
-def read_manifest(folder:Path|str) -> dict:
+def read_manifest(folder:Path|str,
+                  storage=None  # The storage it is on, when the caller knows it (`storage_for` by default)
+                 ) -> dict:
     "The manifest of checkpoint `folder`"
-    folder = as_path(folder)
+    folder = (storage or storage_for(folder)).path(folder)
     try: m = json.loads((folder/MANIFEST).read_text())
     except FileNotFoundError: raise FileNotFoundError(errno.ENOENT, f'{folder}: no {MANIFEST}, the checkpoint is incomplete', str(folder)) from None
     except (ValueError, UnicodeDecodeError) as e: raise CorruptCheckpoint(f'{folder/MANIFEST}: not valid JSON ({e})') from e
@@ -100,62 +108,69 @@ def read_manifest(folder:Path|str) -> dict:
     return m
 
 # %% ../nbs/05_manifest.ipynb #4b750c10
-def _sizes(folder) -> dict:
+def _sizes(folder, storage=None) -> dict:
     "File name -> size, for the files in `folder` (one listing on object storage)"
-    return storage_for(folder).sizes(folder)
+    return (storage or storage_for(folder)).sizes(folder)
 
 def check_checkpoint(folder:Path|str,      # A checkpoint folder
-                     checksums:bool=True   # Also compare checksums (reads every file), not only sizes?
+                     checksums:bool=True,  # Also compare checksums (reads every file), not only sizes?
+                     storage=None          # The storage it is on, when the caller knows it (`storage_for` by default)
                     ) -> list:
     "What is wrong with `folder`, one message per problem"
-    folder = as_path(folder)
-    try: m = read_manifest(folder)
+    storage = storage or storage_for(folder); folder = storage.path(folder)
+    try: m = read_manifest(folder, storage)
     except (FileNotFoundError, CorruptCheckpoint) as e: return [str(e)]
-    return _problems(folder, m, checksums)
+    return _problems(folder, m, checksums, storage)
 
-def _digests(folder, names:list) -> dict:
+def _digests(folder, names:list, storage=None) -> dict:
     "Name -> xxh3 of the files `names` in `folder`, read side by side: a disk serves two reads sooner than one after the other"
-    if len(names) < 2: return {n: file_digest(folder/n) for n in names}
-    with ThreadPoolExecutor(min(len(names), UPLOAD_THREADS)) as ex: return dict(zip(names, ex.map(lambda n: file_digest(folder/n), names)))
+    digest = lambda n: file_digest(folder/n, storage=storage)
+    if len(names) < 2: return {n: digest(n) for n in names}
+    with ThreadPoolExecutor(min(len(names), UPLOAD_THREADS)) as ex: return dict(zip(names, ex.map(digest, names)))
 
-def _problems(folder, m:dict, checksums:bool) -> list:
+def _problems(folder, m:dict, checksums:bool, storage=None) -> list:
     "How `folder` differs from its manifest `m`"
-    problems, sizes, sized = [], _sizes(folder), []
+    problems, sizes, sized = [], _sizes(folder, storage), []
     for name, want in m['files'].items():
         f = folder/name
         if (size := sizes.get(name)) is None: problems.append(f'{f}: listed in the manifest, missing on disk'); continue
         if size != want['size']: problems.append(f'{f}: {size} bytes on disk, {want["size"]} in the manifest')
         else: sized.append(name)
-    for name, digest in (_digests(folder, sized) if checksums else {}).items():
+    for name, digest in (_digests(folder, sized, storage) if checksums else {}).items():
         if digest != m['files'][name]['xxh3']: problems.append(f'{folder/name}: checksum differs from the manifest (the file changed after it was written)')
     for part, name in m.get('parts', {}).items():    # the training state's parts, and the file each went to
         if name not in m['files']: problems.append(f'{folder/name}: holds part {part!r} of the training state, and the manifest does not list it')
     return problems
 
 # %% ../nbs/05_manifest.ipynb #8b135541
-def checkpoint_status(folder:Path|str, checksums:bool=True) -> str:
+def checkpoint_status(folder:Path|str, checksums:bool=True,
+                      storage=None  # The storage it is on, when the caller knows it (`storage_for` by default)
+                     ) -> str:
     "'complete', 'incomplete' (no manifest) or 'corrupt'"
-    folder = as_path(folder)
-    try: m = read_manifest(folder)
+    storage = storage or storage_for(folder); folder = storage.path(folder)
+    try: m = read_manifest(folder, storage)
     except FileNotFoundError: return 'incomplete'
     except CorruptCheckpoint: return 'corrupt'
-    return 'corrupt' if _problems(folder, m, checksums) else 'complete'
+    return 'corrupt' if _problems(folder, m, checksums, storage) else 'complete'
 
 # %% ../nbs/05_manifest.ipynb #9033a203
-def checkpoints(root:Path|str) -> list:
+def checkpoints(root:Path|str,
+                storage=None  # The storage it is on, when the caller knows it (`storage_for` by default)
+               ) -> list:
     "Folders named as checkpoints in `root`, oldest first (on object storage: one listing)"
-    return sorted((p for p in storage_for(root).folders(root) if checkpoint_step(p) is not None), key=checkpoint_step)
+    return sorted((p for p in (storage or storage_for(root)).folders(root) if checkpoint_step(p) is not None), key=checkpoint_step)
 
 # %% ../nbs/05_manifest.ipynb #07ca1e21
 def newest_complete(root:Path|str,
                     checksums:bool=True,     # Compare checksums (reads every file)? Else sizes only
                     skipped:list|None=None,  # Newer folders that are not complete are appended here, with why
-                    written:Path|str|None=None # A checkpoint this process just wrote: hashed as written, so only sizes are checked
+                    written:Path|str|None=None, # A checkpoint this process just wrote: hashed as written, so only sizes are checked
+                   storage=None              # The storage it is on, when the caller knows it (`storage_for` by default)
                    ) -> Path|None:
     "The newest complete checkpoint in `root`"
-    written = None if written is None else str(written)
-    for p in reversed(checkpoints(root)):
-        if not (problems := check_checkpoint(p, checksums and str(p) != written)): return p
+    written, storage = None if written is None else str(written), storage or storage_for(root)
+    for p in reversed(checkpoints(root, storage)):
+        if not (problems := check_checkpoint(p, checksums and str(p) != written, storage)): return p
         if skipped is not None: skipped.append((p, problems))
     return None
 
@@ -164,15 +179,17 @@ def rotate(root:Path|str,   # The checkpoints folder
            keep:int,        # How many of the newest complete checkpoints to keep
            best:Path|str|None=None,    # A checkpoint to keep whatever its age
            written:Path|str|None=None, # The checkpoint this process just wrote: its files are not read again
-           also=()          # More checkpoints to keep whatever their age (one being uploaded)
+           also=(),         # More checkpoints to keep whatever their age (one being uploaded)
+           storage=None     # The storage it is on, when the caller knows it (`storage_for` by default)
           ) -> list:
     "Delete old checkpoints, keeping the newest `keep` and `best`"
-    newest = newest_complete(root, written=written)
+    storage = storage or storage_for(root)
+    newest = newest_complete(root, written=written, storage=storage)
     if newest is None: return []
-    upto = [p for p in checkpoints(root) if checkpoint_step(p) <= checkpoint_step(newest) and checkpoint_status(p, checksums=False) == 'complete']
+    upto = [p for p in checkpoints(root, storage) if checkpoint_step(p) <= checkpoint_step(newest) and checkpoint_status(p, False, storage) == 'complete']
     kept = {str(p) for p in (best, *also) if p is not None}
     old = [p for p in upto[:max(len(upto)-keep, 0)] if str(p) not in kept]
-    for p in old: discard(p, marker=MANIFEST)
+    for p in old: discard(p, marker=MANIFEST, storage=storage)
     return old
 
 def clean_incomplete(root:Path|str) -> list:

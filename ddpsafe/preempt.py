@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 import torch, torch.distributed as dist
 from .core import *
-from .learner import fastai_stock, patch_fastai
+from .patching import fastai_stock, patch_fastai
 from .commit import storage_for, as_path
 
 # %% auto #0

@@ -13,7 +13,6 @@ from fastai.learner import Learner
 from fastai.optimizer import OptimWrapper
 from fastai.callback.core import CancelEpochException, CancelStepException, CancelBackwardException
 from fastai.torch_core import get_model
-import ddpsafe
 from .core import *
 from .io import safe_load, UnsafePickleError
 from .commit import storage_for, as_path
@@ -21,8 +20,8 @@ from .manifest import *
 from .owner import claim_folder
 from .snapshot import StateBuffers
 from .sharded import full_optimizer_state
-from .learner import fastai_safe_globals, CheckpointMismatch, fastai_stock
-from .callbacks import patch_fastai
+from .learner import fastai_safe_globals, CheckpointMismatch
+from .patching import fastai_stock, patch_fastai, once_a_process
 from .parts import *
 
 # %% auto #0
@@ -32,7 +31,7 @@ __all__ = ['ROLLED_BACK', 'step_lock', 'RunState', 'run_state', 'model_signature
            'claim_checkpoints']
 
 # %% ../nbs/07e_resume.ipynb #9f2b6736
-_locks = ddpsafe.__dict__.setdefault('_step_locks', weakref.WeakKeyDictionary())   # one per process, however often this runs: kept in the package
+_locks = once_a_process('step_locks', weakref.WeakKeyDictionary)   # one per process, however often this runs
 _locks_guard = threading.Lock()
 
 def step_lock(learn:Learner) -> threading.RLock:
@@ -68,7 +67,7 @@ class RunState:
         self.at_start = None                  # what to do as a resume's first epoch is about to begin (a checkpoint at an epoch's end)
         self.said = set()                     # what rank 0 said once for this learner
 
-_runs = ddpsafe.__dict__.setdefault('_runs', weakref.WeakKeyDictionary())   # shared by every copy of the patches below: kept in the package
+_runs = once_a_process('runs', weakref.WeakKeyDictionary)   # shared by every copy of the patches below
 
 def run_state(learn:Learner) -> RunState:
     "`learn`'s `RunState`, kept beside the learner"

@@ -11,8 +11,7 @@ import torch
 from fastcore.foundation import L
 from fastai.torch_core import get_model, one_param
 from .core import CheckpointMismatch, rank
-from .learner import fastai_stock
-from .callbacks import patch_fastai
+from .patching import fastai_stock, patch_fastai
 from .parts import Part, register_part
 
 # %% auto #0

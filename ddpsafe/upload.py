@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil, threading
 from pathlib import Path
 from fastcore.basics import store_attr
-from .commit import discard, FileWriter
+from .commit import discard, FileWriter, storage_for
 from .manifest import *
 from .snapshot import lower_priority
 
@@ -18,10 +18,12 @@ __all__ = ['best_checkpoint', 'upload_checkpoint', 'Uploader']
 
 # %% ../nbs/07d_upload.ipynb #b3e29e9b
 def best_checkpoint(root:Path, # The checkpoints folder
-                    comp       # `np.less` or `np.greater`: is the first value better than the second?
+                    comp,      # `np.less` or `np.greater`: is the first value better than the second?
+                    storage=None # The storage `root` is on, when the caller knows it (`storage_for` by default)
                    ) -> Path|None:
     "The complete checkpoint with the best metric"
-    scored = [(read_manifest(p).get('metric'), p) for p in checkpoints(root) if checkpoint_status(p, checksums=False) == 'complete']
+    storage = storage or storage_for(root)
+    scored = [(read_manifest(p, storage).get('metric'), p) for p in checkpoints(root, storage) if checkpoint_status(p, False, storage) == 'complete']
     best = None
     for m, p in scored:
         if m is not None and (best is None or comp(m, best[0])): best = (m, p)

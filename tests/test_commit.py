@@ -114,8 +114,8 @@ def test_failed_commit_keeps_errno_and_old_content(tmp_path):
 def test_each_file_hashed_once(tmp_path, monkeypatch):
     "A save with bytes and FileWriters reads no file back, and rotation after it reads none of the checkpoint it just wrote"
     reads = []
-    monkeypatch.setattr(ddpsafe.commit, 'file_digest', lambda p, *a: reads.append(Path(p).name) or '0')
-    monkeypatch.setattr(ddpsafe.manifest, 'file_digest', lambda p, *a: reads.append(Path(p).parent.name) or '0')
+    monkeypatch.setattr(ddpsafe.commit, 'file_digest', lambda p, *a, **k: reads.append(Path(p).name) or '0')
+    monkeypatch.setattr(ddpsafe.manifest, 'file_digest', lambda p, *a, **k: reads.append(Path(p).parent.name) or '0')
     root = tmp_path/'checkpoints'
     for s in (1, 2, 3):
         ck = write_checkpoint(root, s, {'model.safetensors': b'w'*100, 'state.pt': FileWriter(lambda f: f.write(b's'*10))})
