@@ -129,6 +129,7 @@ def test_tabular(tools, tmp_path):
     "Categorical and continuous columns, missing values; BatchNorm in the model"
     stop_and_resume(tools, tmp_path, 'tabular')
 
+@pytest.mark.slow   # a tabular model with embeddings: test_tabular runs the same loaders and resume in CI
 @pytest.mark.timeout(420)
 def test_collab(tools, tmp_path):
     "Users, films and ratings; embeddings with biases"

@@ -101,6 +101,7 @@ def test_torchrun_sigterm_to_one_rank(tools, tmp_root):
     preempt_and_resume(torchrun_cmd() + train_args(tmp_root/'tr-rank'), tmp_root/'tr-rank', tools, tmp_root, 'rank1', label='torchrun')
 
 @needs_torchrun
+@pytest.mark.slow   # the signal to every process: the launcher's and one rank's runs cover both paths in CI
 @pytest.mark.timeout(300)
 def test_torchrun_sigterm_to_process_group(tools, tmp_root):
     "SIGTERM to every process of the job at once, DataLoader workers included (SLURM's step signal, `kill -TERM -PGID`)"
@@ -177,7 +178,7 @@ def test_workers_survive_an_early_signal(method):
 
 @needs_torchrun
 @pytest.mark.timeout(420)
-@pytest.mark.parametrize('launcher', ['torchrun', 'accelerate'])
+@pytest.mark.parametrize('launcher', ['torchrun', pytest.param('accelerate', marks=pytest.mark.slow)])   # accelerate's signal path: test_accelerate_sigterm_to_launcher
 def test_requeue_loop(tools, tmp_root, launcher):
     "examples/requeue.sh: SIGTERM to the launcher mid-run; the loop sees 'preempted', runs it again, ends with 'finished'"
     if launcher == 'accelerate' and not ACCELERATE.exists(): pytest.skip('no accelerate')
@@ -246,6 +247,7 @@ def test_kubernetes_job_yaml():
     assert pod['terminationGracePeriodSeconds'] >= 60
 
 @needs_torchrun
+@pytest.mark.slow   # the same sbatch script runs on two nodes in test_slurm_sbatch_two_nodes, in CI
 @pytest.mark.timeout(420)
 def test_slurm_sbatch_script(tools, tmp_root):
     """examples/slurm/train.sbatch with stub `srun` (runs the step in place) and `scontrol` (records its call): SIGTERM to

@@ -66,11 +66,13 @@ def stop_and_resume(tools, tmp_path, loader:str, n:int=1) -> tuple:
         f'{loader} on {n} rank(s): the resumed run ends with other weights than the uninterrupted one'
     return whole, l, again
 
+@pytest.mark.slow   # in CI by the how-to page nbs/33_own_dataloader (killed mid-epoch, resumed bit for bit)
 @pytest.mark.timeout(240)
 def test_stateful_dataloader_resumes_by_itself(tools, tmp_path):
     "torchdata's `StatefulDataLoader`, 2 workers: its own state is in the checkpoint; ddpsafe draws no batch twice"
     for l in stop_and_resume(tools, tmp_path, 'stateful'): assert 'ddpsafe: the training loader' not in l.output()
 
+@pytest.mark.slow   # in CI by the how-to page nbs/33_own_dataloader (killed mid-epoch, resumed bit for bit)
 @pytest.mark.timeout(240)
 def test_torch_dataloader(tools, tmp_path):
     "torch's `DataLoader(shuffle=True)`, 2 workers: the epoch's order and the workers' seed come from the generator restored as the epoch began"

@@ -75,7 +75,7 @@ def finish_chain(path, whole, n_epoch, *args, said='ddpsafe: resumed from') -> l
 # SIGTERM to one random rank at a random moment
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize('runs', counts(3, 20, timeout=3000, name='runs'))
+@pytest.mark.parametrize('runs', counts(2, 20, timeout=3000, name='runs'))
 def test_sigterm_one_random_rank(folder, runs):
     rng = random.Random(SEED)
     whole = tc.baseline(N_EPOCH, '--fit', 'one_cycle')
@@ -155,7 +155,7 @@ def test_every_step_poll_saves_at_the_next_step(folder):
 # SIGKILL of rank 0 in the middle of saves
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize('runs', counts(3, 20, timeout=3000, name='runs'))
+@pytest.mark.parametrize('runs', counts(2, 20, timeout=3000, name='runs'))
 def test_sigkill_rank0_during_saves(folder, runs):
     rng = random.Random(SEED + 1)
     whole = tc.baseline(BIG_EPOCH, *BIG)
