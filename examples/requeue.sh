@@ -2,8 +2,8 @@
 # Run a ddpsafe training job until it finishes, starting it again each time it was preempted.
 #
 #   examples/requeue.sh CKPT_DIR LAUNCHER [ARGS...]
-#   examples/requeue.sh runs/a/checkpoints torchrun --nproc_per_node 8 train.py
-#   examples/requeue.sh runs/a/checkpoints accelerate launch --multi_gpu --num_processes 8 train.py
+#   examples/requeue.sh checkpoints torchrun --nproc_per_node 8 train.py
+#   examples/requeue.sh checkpoints accelerate launch --multi_gpu --num_processes 8 train.py
 #
 # CKPT_DIR is the folder CheckpointCallback writes to. The decision comes from it (`ddpsafe-status CKPT_DIR`), not from
 # the launcher's exit code: torchrun and accelerate exit 1 both after a crash and after ddpsafe saved and stopped on a
