@@ -7,7 +7,7 @@ and never faster than the 1% floor allows.
 
     python -m pytest tests/test_interval.py -s      # about 10 s"""
 from __future__ import annotations
-import io, time, shutil, tempfile, contextlib
+import io, time, contextlib
 from pathlib import Path
 import pytest
 from fastai.callback.core import Callback, CancelFitException
@@ -18,10 +18,7 @@ from ddpsafe.interval import LAUNCHES, MAX_SHARE, PRIOR_MTBF, read_launches, rec
 from ddpsafe.testing import synth_learner
 
 @pytest.fixture
-def folder():
-    d = Path(tempfile.mkdtemp(prefix='ddpsafe-interval-'))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+def folder(tmp_path): return tmp_path   # pytest's own, removed after a few runs
 
 class Saves(CheckpointCallback):
     "`CheckpointCallback` that lists why and when it saved"
