@@ -210,7 +210,9 @@ def test_lr_find(folder, report_race):
     report_race('lr_find under DDP', [lr_find_right(stock, stock_err)], [lr_find_right(res, err)],
                 stock_missing=stock_err and stock_err.missing, ddpsafe_suggestions=res and [r[2] for r in res],
                 ddpsafe_batches=res and [r[5] for r in res])
-    assert hung_or_apart(stock_err), 'fastai as shipped should wait for a rank that stopped'
+    # as shipped, rank 0 removes the temporary file as it loads it, so rank 1 may find none and skip the load: rank 0 then waited
+    # for it, or (a load on one rank alone now reads alone) the ranks go on with different weights, out of step
+    assert hung_or_apart(stock_err) or lr_find_right(stock, stock_err) is not None, 'fastai as shipped ran lr_find right under DDP'
     assert lr_find_right(res, err) is None, lr_find_right(res, err)
 
 # ---------------------------------------------------------------------------------------------------------------
