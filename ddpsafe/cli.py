@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/cli.html.md"""
 
 # %% ../nbs/09_cli.ipynb #2ca575d3
 from __future__ import annotations
-import sys, time, errno, json as jsonlib
+import sys, time, errno, operator, json as jsonlib
 from pathlib import Path
 import xxhash
 from fastcore.script import call_parse
@@ -48,10 +48,7 @@ def _mark_best(rows:list):
     scored = [r for r in rows if r['status'] == 'complete' and r['metric'] is not None]
     if not scored: return
     monitor, comp = scored[-1]['monitor'], scored[-1]['comp']
-    best = None
-    for r in (r for r in scored if r['monitor'] == monitor):
-        if best is None or (r['metric'] < best['metric'] if comp == 'less' else r['metric'] > best['metric']): best = r
-    best['best'] = True
+    best_of([(r['metric'], r) for r in scored if r['monitor'] == monitor], operator.lt if comp == 'less' else operator.gt)['best'] = True   # the rule rotation keeps by
 
 def checkpoint_rows(root:Path|str,        # The checkpoints folder
                     checksums:bool=True   # Compare checksums (reads every file)? Else sizes only

@@ -16,7 +16,7 @@ _all_ = ['file_digest', 'UPLOAD_THREADS']
 __all__ = ['FORMAT', 'MANIFEST', 'SHARD_INDEX', 'REQUEUE_EXIT_CODE', 'STOPPED_EXIT_CODE', 'checkpoint_name', 'checkpoint_step',
            'uncompiled_key', 'plain_key', 'checkpoint_folder', 'fill_checkpoint', 'write_checkpoint',
            'CorruptCheckpoint', 'read_manifest', 'check_checkpoint', 'checkpoint_status', 'checkpoints',
-           'newest_complete', 'rotate', 'clean_incomplete', 'file_digest', 'UPLOAD_THREADS']
+           'newest_complete', 'rotate', 'clean_incomplete', 'best_of', 'file_digest', 'UPLOAD_THREADS']
 
 # %% ../nbs/05_manifest.ipynb #b91605d8
 FORMAT = 'ddpsafe-checkpoint/1'
@@ -199,6 +199,16 @@ def clean_incomplete(root:Path|str) -> list:
     stale = storage.unfinished(root, final=checkpoint_step, marker=MANIFEST)   # temporaries; on object storage, folders whose manifest never came
     for p in stale: storage.remove(p)
     return stale
+
+# %% ../nbs/05_manifest.ipynb #b5e5f002
+def best_of(scored, # (metric, checkpoint) pairs, oldest first; a `None` metric is never best
+            comp    # Is the first metric better than the second? `np.less`, `np.greater`, `operator.lt`...
+           ):
+    "The checkpoint of `scored` with the best metric, the older one on a tie; `None` when none has a metric"
+    best = None
+    for m, p in scored:
+        if m is not None and (best is None or comp(m, best[0])): best = (m, p)
+    return None if best is None else best[1]
 
 # %% ../nbs/05_manifest.ipynb #457743b5
 REQUEUE_EXIT_CODE = 75   # preempted: start the run again

@@ -23,11 +23,7 @@ def best_checkpoint(root:Path, # The checkpoints folder
                    ) -> Path|None:
     "The complete checkpoint with the best metric"
     storage = storage or storage_for(root)
-    scored = [(read_manifest(p, storage).get('metric'), p) for p in checkpoints(root, storage) if checkpoint_status(p, False, storage) == 'complete']
-    best = None
-    for m, p in scored:
-        if m is not None and (best is None or comp(m, best[0])): best = (m, p)
-    return None if best is None else best[1]
+    return best_of([(read_manifest(p, storage).get('metric'), p) for p in checkpoints(root, storage) if checkpoint_status(p, False, storage) == 'complete'], comp)
 
 # %% ../nbs/07d_upload.ipynb #e49dbe4e
 def upload_checkpoint(ck:Path, # A committed local checkpoint
