@@ -17,7 +17,7 @@ Methods (blocking: how long the training loop waits; total: until the checkpoint
 - `clone`: a fresh `clone()` of every tensor (what a copy costs without reused buffers).
 - `raw_write`: the same bytes written sequentially to one file, then `fsync`: the floor for any durable write.
 - `ddpsafe_sync`: `ddpsafe.manifest.write_checkpoint` with the writers `CheckpointCallback` uses (`parts.checkpoint_writers`:
-  `model.safetensors`, `optimizer.pt`, `state.pt`, `rng.pt`), i.e. what `CheckpointCallback._commit` does before rotating:
+  `model.safetensors`, `optimizer.pt`, `state.pt`, `rng.pt`), i.e. what `Saver._commit` (ddpsafe.saver) does before rotating:
   each file checksummed (xxh3) and fsynced (on a second thread while the next file is written), manifest, rename,
   folder fsync. Blocking = total.
 - `ddpsafe_async`: blocking = `StateBuffers.copy` of the state (what `Learner.snapshot` does under the step lock) plus

@@ -10,7 +10,7 @@ The state is `checkpoint_bench.make_state` (a model and its Adam state, 51 fp32 
   this server.
 - `ddpsafe`: `ddpsafe.manifest.write_checkpoint` to an `s3://` URL with the writers `CheckpointCallback` uses
   (`checkpoint_writers`): serializing, hashing while uploading (the four files on `UPLOAD_THREADS` threads), the manifest
-  last: what `CheckpointCallback._commit` does before it rotates.
+  last: what `Saver._commit` (ddpsafe.saver) does before it rotates.
 Every repetition runs both, in an order rotated from one repetition to the next; the ratio `s3fs_put / ddpsafe` (the
 throughput of a ddpsafe save as a share of a plain upload) is paired within each repetition, then the median is taken.
 The server runs on the same 2 cores as the benchmark, so both methods share the machine with it alike.

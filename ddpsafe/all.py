@@ -16,6 +16,7 @@ from .learner import *
 from .parts import *
 from .shards import *
 from .upload import *
+from .saver import *
 from .resume import *
 from .checkpoint import *
 from .sharded import *
@@ -26,8 +27,8 @@ from .preempt import REQUEUE_EXIT_CODE, StopRequests
 from .cli import ddpsafe_ls, ddpsafe_verify, ddpsafe_status
 
 # %% ../nbs/11_all.ipynb #8614f33d
-import ddpsafe.core, ddpsafe.io, ddpsafe.manifest, ddpsafe.learner, ddpsafe.parts, ddpsafe.shards, ddpsafe.upload, ddpsafe.resume, ddpsafe.checkpoint, ddpsafe.sharded, ddpsafe.fsdp
-__all__ = [n for m in (ddpsafe.core, ddpsafe.io, ddpsafe.manifest, ddpsafe.learner, ddpsafe.parts, ddpsafe.shards, ddpsafe.upload, ddpsafe.resume, ddpsafe.checkpoint, ddpsafe.sharded, ddpsafe.fsdp) for n in m.__all__]
+import ddpsafe.core, ddpsafe.io, ddpsafe.manifest, ddpsafe.learner, ddpsafe.parts, ddpsafe.shards, ddpsafe.upload, ddpsafe.saver, ddpsafe.resume, ddpsafe.checkpoint, ddpsafe.sharded, ddpsafe.fsdp
+__all__ = [n for m in (ddpsafe.core, ddpsafe.io, ddpsafe.manifest, ddpsafe.learner, ddpsafe.parts, ddpsafe.shards, ddpsafe.upload, ddpsafe.saver, ddpsafe.resume, ddpsafe.checkpoint, ddpsafe.sharded, ddpsafe.fsdp) for n in m.__all__]
 __all__ += ['claim_folder', 'FolderInUse', 'FolderClaim', 'read_owner', 'OWNER',
             'REQUEUE_EXIT_CODE', 'StopRequests', 'ddpsafe_ls', 'ddpsafe_verify', 'ddpsafe_status',
             'hidden_state', 'set_hidden_state', 'HiddenState']

@@ -22,8 +22,7 @@ from .io import prepare_dir
 from .commit import storage_for, as_path
 from .manifest import *
 from .preempt import StopRequests, REQUEUE_EXIT_CODE, POLL_SECONDS
-from .snapshot import StateBuffers, AsyncWriter
-from .sharded import is_sharded, read_shard_index
+from .sharded import read_shard_index
 import ddpsafe.fsdp   # learn.fsdp_ctx
 from .callbacks import training_fit, at_fit_end
 from .parts import *
@@ -31,6 +30,7 @@ from .parts import _plain
 from .shards import *
 from .shards import _together
 from .upload import *
+from .saver import *   # how a checkpoint is written and kept
 from .resume import *   # what a resume stands on: `from ddpsafe.checkpoint import run_state` still works
 from .resume import _name
 
@@ -69,7 +69,7 @@ class CheckpointCallback(Callback):
         self.accept_changes = {accept_changes} if isinstance(accept_changes, str) else set(accept_changes)
         if unknown := self.accept_changes - set(_CHANGES): raise ValueError(f'accept_changes: {sorted(unknown)} not among {_CHANGES}')
         for name, o in (extra or {}).items(): UserState(name, o)     # refuse an object without state now, not at the first save
-        self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.far_claim = self.uploader = self.fit_dls = self.storage = None
+        self.stops = self.saver = self.parts = self.claim = self.far_claim = self.fit_dls = self.storage = None
 
 # %% ../nbs/08_checkpoint.ipynb #812d6eee
 @patch
@@ -113,14 +113,9 @@ def before_fit(self:CheckpointCallback):
     self.last_pos, self.stopped_by, self.skipped_fit, self.ran_epoch = None, None, False, False
     self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(_NOT_ASKED), False, False, False
     self.last_save, self.timer_raised, self.saved_stop = time.monotonic(), False, False
-    self.writer, self.state_buffers = (AsyncWriter(), StateBuffers()) if self.async_save else (None, None)
-    self.sharded_save = is_sharded(self.model) and self.storage.local   # each rank writes its own shards, as local files
-    if self.sharded_save and (blind := ranks_not_seeing(self.local_root or self.root)):
-        self.sharded_save = False
-        if is_main(): print(f'ddpsafe: rank{"s"*(len(blind)>1)} {", ".join(map(str, blind))} {"do" if len(blind)>1 else "does"} not see {self.local_root or self.root}: '
-                            "this fit's checkpoints are gathered whole to rank 0, not written in shards by every rank")
-    if self.sharded_save and self.async_save and coordinating(): side_group('write')   # every rank's writer thread talks on it
-    self.uploader = Uploader(self.root, self.keep, self.comp) if self.local and is_main() else None
+    self.saver = Saver(self.local_root or self.root, storage_for(self.local_root) if self.local else self.storage, self.keep, self.comp, self.claim,
+                       self.async_save, in_shards_to(self.model, self.local_root or self.root, self.storage.local),
+                       Uploader(self.root, self.keep, self.comp) if self.local and is_main() else None)   # how this fit writes and keeps, chosen once
     self.stops = StopRequests(self.signals, self.local_root or self.root, self.save_switch, self.stop_switch, self.poll_seconds).install()
     if run.fits_left and run.stopped:
         self.skipped_fit = True
@@ -145,8 +140,8 @@ def after_fit(self:CheckpointCallback):
         reason = 'signal' if late['signal'] else 'switch' if late['stop'] else 'end'
         if self.ran_epoch: self.save(reason, stop=late['stop'], finished=run.fits_left <= 1)
         if late['stop']: self._stop(late)
-        self._settle()
-        self._await_uploads()
+        self.saver.settle()
+        self.saver.finish(self.upload_wait if self.stopped_by == 'signal' else None)   # the uploads: after a signal, `upload_wait` s at most
     finally:
         self.stops.uninstall()
         run.steps, run.fits_left = self.steps_before + self.fit_steps, max(run.fits_left - 1, 0)
@@ -157,14 +152,12 @@ def after_fit(self:CheckpointCallback):
 @patch
 def _close(self:CheckpointCallback):
     "Release what this fit opened, however it ended"
-    if self.writer is not None and (err := self.writer.close()) is not None:   # the signals still only raise a flag meanwhile
-        warnings.warn(f'ddpsafe: the background checkpoint write failed too: {err}')
+    if self.saver is not None: self.saver.close()        # the signals still only raise a flag meanwhile
     if self.stops is not None: self.stops.uninstall(wait=False)
-    if self.uploader is not None: self.uploader.close()  # after an error: the upload in flight ends in the background
     for c in (self.claim, self.far_claim):
         if c is not None: c.release()                    # rank 0's; the other ranks hold inactive copies
     for dl in self.fit_dls.loaders: stop_persistent_workers(dl)   # `self.learn` is gone: fastai removed this callback
-    self.stops = self.writer = self.state_buffers = self.parts = self.claim = self.far_claim = self.uploader = self.fit_dls = self.storage = None
+    self.stops = self.saver = self.parts = self.claim = self.far_claim = self.fit_dls = self.storage = None
 
 # %% ../nbs/08_checkpoint.ipynb #15ff5112
 @patch
@@ -228,6 +221,11 @@ def _quietly(f, folder, *args, **kwargs):
     try: return f(folder, *args, **kwargs)
     except OSError as e: warnings.warn(f"ddpsafe: the launch history in {folder} cannot be written ({e}); every_seconds='auto' goes on without it")
 
+def _write_seconds(cb) -> float|None:
+    "How long the fit's last background write took; `None` without one"
+    w = getattr(cb.saver, 'writer', None)
+    return None if w is None else w.seconds
+
 @patch
 def _start_interval(self:CheckpointCallback):
     "Set this fit's interval of timed saves; with `every_seconds='auto'`, rank 0 records the launch and chooses it"
@@ -246,7 +244,7 @@ def _start_interval(self:CheckpointCallback):
 def _choose_interval(self:CheckpointCallback):
     "Rank 0: the interval from this launch's save costs and the folder's history; said when it moved much"
     c = statistics.median(self.save_costs) if self.save_costs else None
-    w = (self.writer.seconds if self.writer is not None else None) if self.async_save else 0.
+    w = _write_seconds(self) if self.async_save else 0.
     self.interval_why = choose_interval(self.past_launches, c, w)
     self.interval = self.interval_why['seconds']
     if interval_moved(self.said_interval, self.interval):
@@ -266,7 +264,7 @@ def _launch_ended(self:CheckpointCallback, ended:bool=False): # Did the fit reac
     if self.launch is None: return
     how = {'signal': 'preempted', 'switch': 'stopped'}.get(self.stopped_by, 'finished') if ended else 'error'
     _quietly(launch_ended, self.history, self.launch, how, save_seconds=statistics.median(self.save_costs) if self.save_costs else None,
-             write_seconds=self.writer.seconds if self.writer is not None else None)
+             write_seconds=_write_seconds(self))
     self.launch = None
 
 # %% ../nbs/08_checkpoint.ipynb #9a688c39
@@ -314,83 +312,19 @@ def save(self:CheckpointCallback,
     pos = self.position()
     if (pos['global_step'], pos['epoch_done']) == self.last_pos and not (stop and not self.saved_stop): return False   # a late stop saves its step again: the manifest must say it
     began = time.monotonic()   # what training waits for, from here: `every_seconds='auto'` weighs it
-    self._settle()
+    self.saver.settle()
     header = dict(world_size=world(), setup=self.setup,
                   versions=dict(torch=str(torch.__version__), fastai=fastai.__version__, ddpsafe=ddpsafe.__version__))
     meta = dict(epoch=pos['epoch'], iter=pos['iter'], epoch_done=pos['epoch_done'], fit=pos['fit'], reason=reason, stop=stop,
                 finished=finished, world_size=world(), monitor=self.monitor, comp=_name(self.comp),
                 metric=self._metric() if pos['epoch_done'] else None)
-    step = pos['global_step']
-    with step_lock(self.learn): states, shards = self.parts.collect(sharded=self.sharded_save)   # every rank, one step boundary
+    with step_lock(self.learn): states, shards = self.parts.collect(sharded=self.saver.sharded)   # every rank, one step boundary
     files = self.parts.contents(states, header)
     meta['parts'] = self.parts.files_of(files)
-    if self.async_save and (is_main() or self.sharded_save):     # copied now, written in the background
-        files, shards = self.state_buffers.copy((files if is_main() else {}, shards))
-    if self.sharded_save:
-        commit = lambda: self._commit_shards(step, checkpoint_writers(files), meta, shards, background=self.async_save)
-        if self.async_save: self.writer.submit(commit)
-        else: commit()
-    elif not self.async_save: on_main(self._commit, step, checkpoint_writers(files), meta)
-    elif is_main(): self.writer.submit(lambda: self._commit(step, checkpoint_writers(files), meta))
+    self.saver.save(pos['global_step'], files, meta, shards)     # written as this fit chose: now or in the background, whole or in shards
     self.last_pos, self.last_save, self.saved_stop = (pos['global_step'], pos['epoch_done']), time.monotonic(), stop
     self._saved(self.last_save - began)
     return True
-
-# %% ../nbs/08_checkpoint.ipynb #11f4b586
-@patch
-def _commit(self:CheckpointCallback, step:int, files:dict, meta:dict) -> Path:
-    "Write the checkpoint, then rotate (rank 0); with `local`, there, then hand it to the uploader"
-    self.claim.check()
-    storage = self.storage if self.local_root is None else storage_for(self.local_root)   # chosen when the fit began
-    return self._rotate(write_checkpoint(self.local_root or self.root, step, files, meta, storage))
-
-# %% ../nbs/08_checkpoint.ipynb #c90c37c2
-@patch
-def _commit_shards(self:CheckpointCallback, step:int, files:dict, meta:dict, shards:dict, background:bool=False) -> Path:
-    "Every rank writes its shards, rank 0 the rest; then rank 0 rotates (in the background: on the writers' own group)"
-    with (using_side_group('write') if background and coordinating() else contextlib.nullcontext()):
-        on_main(self.claim.check)
-        return on_main(self._rotate, write_in_shards(self.local_root or self.root, step, files, meta, shards))
-
-# %% ../nbs/08_checkpoint.ipynb #fffdccea
-@patch
-def _rotate(self:CheckpointCallback, ck:Path) -> Path:
-    "Rotate after committing `ck`; with `local`, hand it to the uploader (rank 0)"
-    root, storage = self.local_root or self.root, self.storage if self.local_root is None else storage_for(self.local_root)
-    rotate(root, self.keep, best=best_checkpoint(root, self.comp, storage), written=ck,    # `ck` was hashed as written
-           also=self.uploader.in_use() if self.uploader else (), storage=storage)
-    if self.uploader is not None: self._upload(ck)
-    return ck
-
-# %% ../nbs/08_checkpoint.ipynb #9426687d
-@patch
-def _upload(self:CheckpointCallback, ck:Path):
-    "Hand `ck` to the uploader; warn of an upload that failed"
-    if (err := self.uploader.take_error()) is not None:
-        warnings.warn(f'ddpsafe: uploading {err[0]} to {self.root} failed ({err[1]}); it is kept in {self.local_root}, the next upload tries again')
-    self.uploader.submit(ck)
-
-@patch
-def _await_uploads(self:CheckpointCallback):
-    "Wait for the uploads (after a signal, `upload_wait` seconds at most); say where the newest checkpoint is"
-    def wait():
-        if self.uploader is None: return
-        done = self.uploader.wait(self.upload_wait if self.stopped_by == 'signal' else None)
-        err = self.uploader.take_error()
-        if err is not None: warnings.warn(f'ddpsafe: uploading {err[0]} to {self.root} failed: {err[1]}')
-        if self.uploader.behind:
-            print(f'ddpsafe: the newest checkpoint, {self.uploader.latest}, is in {self.local_root} only; its upload to {self.root} '
-                  + ('failed' if done else f'did not finish within upload_wait={self.upload_wait:g} s') + '. A resume here uses it.')
-    on_main(wait)
-
-# %% ../nbs/08_checkpoint.ipynb #d7d24be6
-@patch
-def _settle(self:CheckpointCallback):
-    "Wait for the write in flight; raise its error everywhere"
-    own = self.writer.wait() if self.writer is not None and self.sharded_save else None   # every rank's writer writes shards
-    def wait():
-        if self.writer is not None and (err := own if self.sharded_save else self.writer.wait()) is not None: raise err
-    on_main(wait)
 
 # %% ../nbs/08_checkpoint.ipynb #6e290e7f
 @patch
@@ -407,7 +341,7 @@ def _resume(self:CheckpointCallback):
     roots = list(filter(None, (self.local_root, self.root)))
     ck, man, skipped = on_main(choose_checkpoint, *roots) if self.resume is True else on_main(chosen_checkpoint, self.resume, roots, self.learn.path)
     for p, why in skipped: warnings.warn(f'ddpsafe: skipping checkpoint {p}: {"; ".join(why)}')
-    if ck is not None and self.uploader is not None: self._catch_up(ck)
+    if ck is not None: self.saver.catch_up(ck)     # a local checkpoint that `path` lacks: uploaded
     if ck is None or man.get('fit', 0) < self.fit_idx: return
     if man.get('fit', 0) > self.fit_idx:
         self.skipped_fit = True
@@ -427,14 +361,6 @@ def _resume(self:CheckpointCallback):
     if is_main():
         print(resume_message(ck, state, self.n_epoch, len(self.dls.train)))
         if state['world_size'] != world(): print(world_change_message(ck, state))
-
-# %% ../nbs/08_checkpoint.ipynb #168642af
-@patch
-def _catch_up(self:CheckpointCallback, ck:Path):
-    "Upload local checkpoint `ck` if `path` has nothing as new (a job killed before its last upload)"
-    if str(ck.parent) != str(self.local_root): return
-    far = newest_complete(self.root, checksums=False)
-    if far is None or checkpoint_step(far) < checkpoint_step(ck): self.uploader.submit(ck)
 
 # %% ../nbs/08_checkpoint.ipynb #1c3ca86b
 @patch

@@ -23,7 +23,6 @@ def train_rank(folder:str,        # The job's folder: checkpoints go in `folder/
     "One rank of the demo job, with a `CheckpointCallback`"
     import fastai.callback.schedule   # fit_one_cycle
     import fastai.distributed         # distrib_ctx
-    import ddpsafe.all
     from fastai.callback.core import Callback
     from ddpsafe.checkpoint import CheckpointCallback
     from ddpsafe.testing import synth_learner

@@ -82,7 +82,7 @@ def shard_optimizer_state(sd:dict,  # A fastai optimizer's full `state_dict`
 import pickle, warnings
 from pathlib import Path
 import functools
-from .commit import file_digest
+from .commit import file_digest, errno_of
 from .io import UnsafePickleError, _zip_crc
 from .manifest import CorruptCheckpoint, SHARD_INDEX
 
@@ -165,6 +165,12 @@ def dcp_error():
     "DCP's `CheckpointException` (a `BaseException` holding every rank's failure), imported when an error needs it"
     from torch.distributed.checkpoint.api import CheckpointException
     return CheckpointException
+
+def _failures(e:BaseException) -> list:
+    "(errno, words) for each rank's failure in `e`; DCP's `CheckpointException` holds every rank's"
+    fails = getattr(e, 'failures', None) if isinstance(e, loaded_class('torch.distributed.checkpoint.api', 'CheckpointException')) else None
+    pairs = [(r, f[0] if isinstance(f, tuple) else f) for r, f in sorted(fails.items())] if isinstance(fails, dict) else [(rank(), e)]
+    return [(errno_of(x), f'rank {r}: {type(x).__name__}: {x}') for r, x in pairs]
 
 def read_shards(state:dict, # Flat: name -> tensor or `DTensor` to fill in place (a `DTensor`: its shard only)
                 folder:Path|str # A folder `write_shards` wrote

@@ -6,24 +6,20 @@ Docs: https://ddpsafe.github.io/ddpsafe/shards.html.md"""
 
 # %% ../nbs/07c_shards.ipynb #7c000002
 from __future__ import annotations
-import uuid, errno, contextlib
 from pathlib import Path
 import torch
 from fastcore.basics import patch
 from fastai.learner import Learner
 from fastai.torch_core import get_model
 from .core import *
-from .commit import as_path, errno_of, commit_file
 from .manifest import *
 from .snapshot import map_tensors
-from .sharded import SHARD_PLACEHOLDER, fill_placeholders, write_shards, read_shards, read_shard_index, fit_problems, dcp_error
+from .sharded import SHARD_PLACEHOLDER, fill_placeholders, read_shards, read_shard_index, fit_problems, dcp_error, _failures
 from .learner import CheckpointMismatch
-from .parts import ModelState, OptimizerState, checkpoint_writers, _tied
-import ddpsafe.fsdp   # learn.fsdp_ctx
+from .parts import ModelState, OptimizerState, _tied
 
 # %% auto #0
-__all__ = ['shard_state', 'write_in_shards', 'ranks_not_seeing', 'in_shards', 'check_shards_seen', 'load_weight_shards',
-           'load_optimizer_shards']
+__all__ = ['shard_state', 'in_shards', 'check_shards_seen', 'load_weight_shards', 'load_optimizer_shards']
 
 # %% ../nbs/07c_shards.ipynb #2c909442
 @patch
@@ -47,57 +43,6 @@ def shard_state(learn:Learner) -> tuple:
     "The sharded learner's tensors as `write_shards` takes them, and its optimizer state with placeholders for them"
     (weights, _), (opt, skeleton) = ModelState(learn).shards(), OptimizerState(learn).shards()
     return {**weights, **opt}, skeleton
-
-def _failures(e:BaseException) -> list:
-    "(errno, words) for each rank's failure in `e`; DCP's `CheckpointException` holds every rank's"
-    fails = getattr(e, 'failures', None) if isinstance(e, loaded_class('torch.distributed.checkpoint.api', 'CheckpointException')) else None
-    pairs = [(r, f[0] if isinstance(f, tuple) else f) for r, f in sorted(fails.items())] if isinstance(fails, dict) else [(rank(), e)]
-    return [(errno_of(x), f'rank {r}: {type(x).__name__}: {x}') for r, x in pairs]
-
-def _attempt(f) -> tuple:
-    "(`f()`, []), or (`None`, what went wrong, rank by rank)"
-    try: return f(), []
-    except (Exception, dcp_error()) as e: return None, _failures(e)
-
-def _sees(folder:Path):
-    if not folder.is_dir(): raise FileNotFoundError(errno.ENOENT, f'{folder}, which rank 0 created, is not there: a sharded checkpoint '
-                                                    'is written by every rank into one folder, on a filesystem every rank sees')
-
-def write_in_shards(root:Path, # The checkpoints folder
-                    step:int,  # Optimizer steps done: the checkpoint's name
-                    files:dict, # Rank 0's files, as `write_checkpoint` takes them
-                    meta:dict, # Stored in the manifest
-                    shards:dict # This rank's tensors, as `write_shards` takes them
-                   ) -> Path:
-    "Checkpoint `step`: every rank's shards, then rank 0's `files` and the manifest, then the rename; collective"
-    stack = contextlib.ExitStack()
-    tmp = on_main(lambda: stack.enter_context(checkpoint_folder(root, step)))
-    errs, written = [e for es in all_ranks(_attempt(lambda: _sees(tmp))[1]) for e in es], {}
-    if not errs:               # every rank enters DCP's collectives, or none does
-        outcomes = all_ranks(_attempt(lambda: write_shards(shards, tmp, side_group() if coordinating() else None)))
-        errs = list(dict.fromkeys(e for _, es in outcomes for e in es))
-        for own, _ in outcomes: written.update(own or {})
-    def finish():
-        with stack:
-            if errs: raise _ShardsFailed()
-            fill_checkpoint(tmp, step, files, meta, written)
-        return as_path(root)/checkpoint_name(step)
-    try: return on_main(finish)
-    except _ShardsFailed:
-        msg = f'could not write checkpoint {as_path(root)/checkpoint_name(step)}: ' + '; '.join(m for _, m in errs) + '; earlier checkpoints are unchanged'
-        code = next((c for c, _ in errs if c), None)
-        raise (OSError(code, msg) if code else RuntimeError(msg)) from None
-
-class _ShardsFailed(Exception): "A rank could not write its shards (the message is built on every rank)"
-
-# %% ../nbs/07c_shards.ipynb #3ba8bf9c
-def ranks_not_seeing(folder:Path) -> list:
-    "The ranks that do not see, in their `folder`, a file that rank 0 writes into its own; collective"
-    if not coordinating(): return []
-    name = on_main(lambda: commit_file(Path(folder)/f'.ddpsafe-probe-{uuid.uuid4().hex[:8]}', b'').name)
-    try: seen = all_ranks((Path(folder)/name).exists())
-    finally: on_main(lambda: (Path(folder)/name).unlink(missing_ok=True))
-    return [r for r, s in enumerate(seen) if not s]
 
 # %% ../nbs/07c_shards.ipynb #a8fcd4f7
 def _together(f):

@@ -33,7 +33,7 @@ from fastai.callback.progress import ProgressCallback
 import fastai.callback.schedule                      # fit_one_cycle
 import fastai.distributed                            # distrib_ctx
 from ddpsafe.all import *
-import ddpsafe.checkpoint as ckmod
+import ddpsafe.saver as ckmod                       # where the saver makes the checkpoint writers
 from ddpsafe.checkpoint import CheckpointCallback, step_lock
 from ddpsafe.manifest import checkpoints, check_checkpoint, newest_complete, read_manifest, checkpoint_name
 from ddpsafe.learner import fastai_safe_globals
@@ -209,7 +209,7 @@ class DiskFullAfter(Callback):
     def __init__(self, at:int, simulate:bool): self.at,self.simulate = at,simulate
     def after_batch(self):
         if not (self.training and self.train_iter == self.at and rank() == 0): return
-        wait_until(lambda: not self.learn.checkpoint.writer.busy, 60, 'the background writer to finish', rank=0, every=0.01)
+        wait_until(lambda: not self.learn.checkpoint.saver.writer.busy, 60, 'the background writer to finish', rank=0, every=0.01)
         if self.simulate: FullDisk.full = True
         else: fill_disk(Path(self.learn.path))
 
@@ -338,9 +338,13 @@ def test_signal_handlers_restored_after_failed_save(folder):
 def test_one_writer_thread_per_fit(folder):
     "Every background save of a fit runs on the same thread, niced on Linux; no writer thread is left after fit"
     class Threads(CheckpointCallback):
-        def _commit(self, *args, **kwargs):
-            self.seen.append((threading.get_ident(), os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
-            return super()._commit(*args, **kwargs)
+        def before_fit(self):
+            super().before_fit()
+            commit = self.saver.write                # the background write, as the saver chose it
+            def seen(*args, **kwargs):
+                self.seen.append((threading.get_ident(), os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+                return commit(*args, **kwargs)
+            self.saver.write = seen
     learn, cb = quiet(synth_learner(n=128, path=folder)), Threads(every_steps=2, every_epoch=None, async_save=True, exit_code=None)
     cb.seen = []
     learn.fit(2, cbs=[cb])

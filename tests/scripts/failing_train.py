@@ -67,11 +67,16 @@ def main():
             if a.mode in ('callback', 'lock') and self.training and r == a.fail_rank and self.train_iter == 9:
                 if a.mode == 'lock': import threading; lock = threading.Lock(); lock.acquire(); lock.acquire()
                 raise ValueError('bad callback at step 9')
+    from ddpsafe.saver import Saver
     class SlowWrites(CheckpointCallback):
         "Its background writes take 2 s longer"
-        def _commit(self, *args, **kwargs):
-            print(f'rank {r}: writing a checkpoint in the background', flush=True); time.sleep(2)
-            return super()._commit(*args, **kwargs)
+        def before_fit(self):
+            super().before_fit()
+            commit = self.saver.write                # rank 0's background write, as the saver chose it
+            def slow(*args, **kwargs):
+                print(f'rank {r}: writing a checkpoint in the background', flush=True); time.sleep(2)
+                return commit(*args, **kwargs)
+            self.saver.write = slow
 
     learn = Learner(dls, torch.nn.Linear(4, 1), loss_func=MSELossFlat(), lr=1e-2, path=run, cbs=[Epochs(), Boom()])
     learn.remove_cb(ProgressCallback)
