@@ -68,9 +68,24 @@ def versions_figures() -> dict:
     return {'python': floor(proj['requires-python']), 'torch': floor(deps['torch']),
             'fastai': floor(deps['fastai']), 'fastai_below': re.search(r'<\s*([\d.]+)', deps['fastai']).group(1)}
 
+def gpu_figures() -> dict:
+    "The GPU run: bench/results/gpu.json (bench/gpu_bench.sh)"
+    r = json.loads((RESULTS/'gpu.json').read_text())
+    ab = r['async_blocking']
+    ratio = lambda k: _span([x['ratios'][k] for x in ab], lambda v: f'{v:.2f}' if v < 10 else f'{v:.0f}') + '×'
+    big = max(ab, key=lambda x: x['gb'])
+    tc = r['test_cuda']
+    return {'card': r['device']['name'], 'sizes': _and([f"{x['gb']:g}" for x in ab]) + ' GB',
+            'tests': f"{tc['passed']} of {tc['passed'] + tc['failed'] + tc['error'] + tc['skipped']}",
+            'async_over_pinned': ratio('ddpsafe_over_pinned_d2h'), 'dcp_over_async': ratio('dcp_async_over_ddpsafe'),
+            'torch_save_over_async': ratio('torch_save_over_ddpsafe'),
+            'pinned_rate': f"{big['bytes'] / big['blocking_median']['pinned_d2h'] / 1e9:.0f} GB/s",
+            'steps_beside_write': f"{r['steps_beside_write']['median']:.2f}×", 'resume_ratio': f"{r['resume']['median']:.2f}×"}
+
 def figures() -> dict:
     "Every figure by group and name: `{'preempt': {'poll_share': '0.28%, 0.18% and 0.25%', ...}, ...}`"
-    return {'preempt': preempt_figures(), 'core': core_figures(), 'exit': exit_figures(), 'versions': versions_figures()}
+    return {'preempt': preempt_figures(), 'core': core_figures(), 'exit': exit_figures(), 'versions': versions_figures(),
+            'gpu': gpu_figures()}
 
 def flat(figs:dict|None=None) -> dict:
     "`{'preempt.poll_share': value, ...}`"
