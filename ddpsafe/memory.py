@@ -11,7 +11,7 @@ from pathlib import Path
 import xxhash
 from fastcore.basics import patch
 from .core import on_main
-from .commit import storage_for, discard
+from .commit import storage_for, discard, is_url
 from .manifest import *
 
 # %% auto #0
@@ -31,6 +31,7 @@ def memory_folder(root,              # The run's checkpoints folder (or URL): it
                  ) -> Path:
     "The memory tier's folder for the run that checkpoints in `root`: the same at every launch on a node"
     if memory_path is not None:
+        if is_url(memory_path): raise ValueError(f'memory_path={memory_path!r}: the memory tier is a folder of this node (RAM, or a local disk), not object storage')
         p = Path(memory_path)
         return p if p.is_absolute() or base is None else Path(base)/p
     shm = SHM if SHM.is_dir() else Path(tempfile.gettempdir())
