@@ -116,7 +116,7 @@ def save_model_load_best(self):
 
 # %% ../nbs/04_callbacks.ipynb #003892a6
 @patch_fastai('fastai.callback.tracker', 'SaveModelCallback.after_fit')
-def save_model_after_fit(self, **kwargs):
+def save_model_after_fit(self, **kwargs): # fastai's signature; none are passed
     "Save the model (`at_end`) or load the best one"
     if self.at_end: self._save(f'{self.fname}')
     elif not self.every_epoch: self._load_best()

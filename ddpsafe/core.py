@@ -65,7 +65,8 @@ def ddp_timeout(timeout:float|None=None # Seconds; `None` for the default
 # %% ../nbs/00_core.ipynb #21cc9c45
 class DistTimeout(RuntimeError):
     "Ranks missed a wait; `missing` names them, if known"
-    def __init__(self, msg:str, missing:list|None=None):
+    def __init__(self, msg:str,               # What was awaited, where, and for how long
+                 missing:list|None=None):     # The ranks that did not arrive, when known
         super().__init__(msg)
         self.missing = missing
     def __reduce__(self): return (type(self), (str(self), self.missing))
@@ -514,7 +515,9 @@ def _run(f, args, kwargs):
         return ('err', err), pickle.dumps(('err', err, ''))
 
 # %% ../nbs/00_core.ipynb #6ba60336
-def on_main(f, *args, **kwargs):
+def on_main(f,         # The function to run: a write, a download, a decision
+            *args,     # Positional arguments for `f`
+            **kwargs): # Keyword arguments for `f`
     "Run `f` on rank 0 only; its outcome on every rank"
     if not coordinating(): return f(*args, **kwargs)
     if is_main():
@@ -592,7 +595,8 @@ def agree(x): # Any picklable value
     return on_main(lambda: x)
 
 # %% ../nbs/00_core.ipynb #2ad843c3
-def any_rank(flag:bool) -> bool:
+def any_rank(flag:bool # This rank's flag
+            ) -> bool:
     "True on every rank if any rank passed True"
     if not coordinating(): return bool(flag)
     t = torch.tensor([int(bool(flag))])

@@ -94,7 +94,8 @@ class ShardedTrainer(Callback):
 def learner_fsdp_ctx(self,
                      min_params:int=10**6, # A module holding this many parameters outside smaller units is sharded as a unit
                      policy=None,          # `policy(module) -> bool` picks the units instead
-                     **kwargs):            # Passed to `fully_shard`: `mp_policy`, `reshard_after_forward`, `offload_policy`...
+                     **kwargs              # Passed to `fully_shard`: `mp_policy`, `reshard_after_forward`, `offload_policy`...
+                    ):
     "Train with FSDP2 inside the block; `learn.model` is a plain module with the trained weights after it"
     started, skeleton, cb, bar, done = start_process_group(), None, None, None, False
     try:

@@ -144,7 +144,7 @@ def save_model(file,                 # Where to write
                model,                # The model whose weights to save
                opt,                  # The optimizer, or `None`
                with_opt:bool=True,   # Save the optimizer state too?
-               pickle_protocol:int=2,
+               pickle_protocol:int=2, # As in `torch.save`
                **torch_save_kwargs):
     "Save `model` (and `opt`) to `file` atomically on rank 0; a sharded model's whole state (collective)"
     if opt is None: with_opt = False
@@ -194,7 +194,9 @@ patch_fastai('fastai.learner', 'load_model')(load_model)
 # %% ../nbs/03_learner.ipynb #e86ccfc6
 @patch_fastai('fastai.learner', 'Learner.save')
 @delegates(save_model)
-def learner_save(self, file, **kwargs):
+def learner_save(self,
+                 file,      # A name in `learn.path/learn.model_dir` (`.pth` is added), or a path
+                 **kwargs):
     "Save model and optimizer state to `file` atomically on rank 0"
     file = join_path_file(file, self.path/self.model_dir, ext='.pth')
     return save_model(file, self.model, getattr(self, 'opt', None), **kwargs)
@@ -202,7 +204,10 @@ def learner_save(self, file, **kwargs):
 # %% ../nbs/03_learner.ipynb #b29314ad
 @patch_fastai('fastai.learner', 'Learner.load')
 @delegates(load_model)
-def learner_load(self, file, device=None, **kwargs):
+def learner_load(self,
+                 file,        # A name in `learn.path/learn.model_dir` (`.pth` is added), or a path
+                 device=None, # Where to put the tensors; default the device of `learn.dls`
+                 **kwargs):
     "Load model and optimizer state from `file` on every rank"
     if device is None and hasattr(self.dls, 'device'): device = self.dls.device
     if self.opt is None: self.create_opt()
@@ -249,7 +254,10 @@ def without_ddpsafe(learn:Learner):
 
 # %% ../nbs/03_learner.ipynb #56406b3d
 @patch_fastai('fastai.learner', 'Learner.export')
-def learner_export(self, fname='export.pkl', pickle_module=cloudpickle, pickle_protocol=2):
+def learner_export(self,
+                   fname='export.pkl',         # The file, in `learn.path`
+                   pickle_module=cloudpickle,  # As in `torch.save`; fastai's default
+                   pickle_protocol=2):         # As in `torch.save`
     "Export `self` for inference, atomically on rank 0, without ddpsafe's callbacks: the file needs fastai, not ddpsafe"
     def write(tmp):
         self._end_cleanup()
@@ -278,7 +286,10 @@ def _stock_load_learner(data:bytes, cpu, pickle_module):
     "fastai's `load_learner` of `data`, without its barrier: a rank that reads alone meets no other rank's barrier by mistake"
     with _fastai_barrier_off(): return fastai_stock['load_learner'](io.BytesIO(data), cpu=cpu, pickle_module=pickle_module)
 
-def load_learner(fname, cpu=True, pickle_module=pickle):
+def load_learner(fname,                # A file written by `Learner.export`
+                 cpu=True,             # Load onto the CPU? Else where it was exported from
+                 pickle_module=pickle  # As in `torch.load`; fastai's default
+                ):
     "fastai's `load_learner` on every rank, once `fname` is complete; or on one rank alone, of its own file"
     return collective_read(Path(fname), lambda data: _stock_load_learner(data, cpu, pickle_module))
 
@@ -321,7 +332,10 @@ when_imported('fastai.text.learner', patch_text_learner)
 
 # %% ../nbs/03_learner.ipynb #ac606964
 @patch_fastai('fastai.data.core', 'DataLoaders.save')
-def dataloaders_save(self, file='dls.pkl', pickle_module=cloudpickle, pickle_protocol=2):
+def dataloaders_save(self,
+                     file='dls.pkl',             # The file, in the `DataLoaders`' `path`
+                     pickle_module=cloudpickle,  # As in `torch.save`; fastai's default
+                     pickle_protocol=2):         # As in `torch.save`
     "Save these `DataLoaders` to `file` atomically on rank 0"
     return atomic_save(self, Path(self.path)/file, pickle_module=pickle_module, pickle_protocol=pickle_protocol)
 

@@ -143,8 +143,9 @@ def _problems(folder, m:dict, checksums:bool, storage=None) -> list:
     return problems
 
 # %% ../nbs/05_manifest.ipynb #8b135541
-def checkpoint_status(folder:Path|str, checksums:bool=True,
-                      storage=None  # The storage it is on, when the caller knows it (`storage_for` by default)
+def checkpoint_status(folder:Path|str,     # One checkpoint's folder (`step-00000012`)
+                      checksums:bool=True, # Compare checksums (reads every file)? Else sizes only
+                      storage=None         # The storage it is on, when the caller knows it (`storage_for` by default)
                      ) -> str:
     "'complete', 'incomplete' (no manifest) or 'corrupt'"
     storage = storage or storage_for(folder); folder = storage.path(folder)
@@ -161,7 +162,7 @@ def checkpoints(root:Path|str,
     return sorted((p for p in (storage or storage_for(root)).folders(root) if checkpoint_step(p) is not None), key=checkpoint_step)
 
 # %% ../nbs/05_manifest.ipynb #07ca1e21
-def newest_complete(root:Path|str,
+def newest_complete(root:Path|str,             # The checkpoints folder
                     checksums:bool=True,     # Compare checksums (reads every file)? Else sizes only
                     skipped:list|None=None,  # Newer folders that are not complete are appended here, with why
                     written:Path|str|None=None, # A checkpoint this process just wrote: hashed as written, so only sizes are checked

@@ -60,7 +60,9 @@ def pid_alive(pid:int,               # A process id on this machine
 # %% ../nbs/05a_owner.ipynb #497b5d40
 class FolderInUse(RuntimeError):
     "Another live run owns the checkpoints folder"
-    def __init__(self, msg:str, path:str|None=None, owner:dict|None=None):
+    def __init__(self, msg:str,               # What is wrong, with the folder and its owner in words
+                 path:str|None=None,          # The checkpoints folder
+                 owner:dict|None=None):       # The owner record of the run that holds it: host, pid, started, job, command
         super().__init__(msg); self.path,self.owner = path,owner
     def __reduce__(self): return type(self), (str(self), self.path, self.owner)   # picklable, so `on_main` re-raises it on every rank
 

@@ -345,7 +345,8 @@ def _stateful(o) -> bool:
 class UserState(Part):
     "The state of a callback or object of yours, by its `state_dict()` and `load_state_dict()`; set at the resume point"
     file,ranks,when_missing = 'user.pt','auto','ask'   # a callback added since: the user says whether it may start afresh
-    def __init__(self, name:str, obj):
+    def __init__(self, name:str, # The part's name in the checkpoint: the callback's `name`, or your key in `extra`
+                 obj):           # Anything with `state_dict()` and `load_state_dict()`
         if not _stateful(obj): raise TypeError(f'{name}: {type(obj).__name__} has no state_dict() and load_state_dict(): ddpsafe cannot save it')
         super().__init__(name); self.obj,self.resumed = obj,None
     def state_dict(self): return map_tensors(lambda t, _: t.as_subclass(torch.Tensor) if type(t) is not torch.Tensor else t, self.obj.state_dict())   # fastai's `TensorBase` as a plain tensor
@@ -368,7 +369,7 @@ LEGACY_PARTS = ('model', 'optimizer', 'recorder', 'trackers', 'loaders', 'rng') 
 
 class TrainingState:
     "The registry of one fit's training state: every part a checkpoint holds, in the order a resume loads them"
-    def __init__(self, learn:Learner,
+    def __init__(self, learn:Learner,  # The `Learner` of the fit
                  extra:dict|None=None, # Objects of yours to save too, by name
                  header=()):           # Parts of `state.pt`'s header, first: the position (`PositionState`)
         self.parts = {}

@@ -17,7 +17,8 @@ __all__ = ['SHARD_PLACEHOLDER', 'is_sharded', 'full_weights', 'fit_problems', 'l
            'shard_reader', 'dcp_error', 'read_shards', 'read_whole_shards']
 
 # %% ../nbs/02a_sharded.ipynb #d068b420
-def is_sharded(model) -> bool:
+def is_sharded(model # A model, or a `Learner`'s `model` under DDP
+              ) -> bool:
     "Has FSDP2 sharded `model`?"
     fsdp = loaded_class('torch.distributed.fsdp', 'FSDPModule')   # not imported: nothing is sharded
     return any(isinstance(o, fsdp) for o in get_model(model).modules())
@@ -27,7 +28,8 @@ def _device(model) -> torch.device:
     p = next(model.parameters(), None)
     return torch.device('cpu') if p is None else p.to_local().device if is_dtensor(p) else p.device
 
-def full_weights(model) -> dict:
+def full_weights(model # A model that FSDP2 sharded
+                ) -> dict:
     "The sharded `model`'s full `state_dict` on rank 0's CPU (`{}` elsewhere); collective"
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, StateDictOptions
     return get_model_state_dict(get_model(model), options=StateDictOptions(full_state_dict=True, cpu_offload=True))

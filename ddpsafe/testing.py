@@ -19,7 +19,10 @@ __all__ = ['RanksFailed', 'free_port', 'rank_env', 'WaitTimeout', 'wait_until', 
 # %% ../nbs/01_testing.ipynb #aa8189b8
 class RanksFailed(RuntimeError):
     "Some ranks raised, died, or did not finish in time"
-    def __init__(self, msg:str, results:list|None=None, missing:list|None=None, outputs:list|None=None):
+    def __init__(self, msg:str,              # Which ranks failed and how, with the end of each one's output
+                 results:list|None=None,     # What each rank returned or raised, in rank order (`run_ranks`)
+                 missing:list|None=None,     # The ranks that did not finish
+                 outputs:list|None=None):    # What each rank printed, in rank order
         super().__init__(msg)
         self.results,self.missing,self.outputs = results,missing,outputs
 
@@ -208,8 +211,13 @@ def launch_ranks(script:str|Path|list, # A script path, or the full command as a
     return RankProcs(cmd, n, env, cwd)
 
 # %% ../nbs/01_testing.ipynb #ceaad5d4
-def run_script(script:str|Path|list, n:int=2, args:list=(), timeout:float=120, env:dict|None=None, cwd=None,
-               check:bool=True # Raise `RanksFailed` when a rank exits non-zero
+def run_script(script:str|Path|list, # A script path, or the full command as a list
+               n:int=2,              # The number of ranks
+               args:list=(),         # Arguments after the script
+               timeout:float=120,    # Seconds before the ranks still running are killed
+               env:dict|None=None,   # Extra environment variables
+               cwd=None,             # Working folder
+               check:bool=True       # Raise `RanksFailed` when a rank exits non-zero
               ) -> list:
     "Run `script` on `n` ranks; what each printed"
     procs = launch_ranks(script, n, args, env, cwd)
@@ -238,7 +246,13 @@ def synth_dls(n:int=64,        # Items in all, a quarter of them for validation
     return dsets.dataloaders(bs=bs, device='cpu', path=path, num_workers=0)   # no worker processes forked from a rank
 
 # %% ../nbs/01_testing.ipynb #cd7852c6
-def synth_learner(n:int=64, bs:int=8, seed:int=0, path='.', lr:float=1e-2, **kwargs):
+def synth_learner(n:int=64,       # Items in all, a quarter of them for validation
+                  bs:int=8,       # Batch size
+                  seed:int=0,     # The seed of the data and of the model's first weights
+                  path='.',       # The `Learner`'s path, where `Learner.save` writes
+                  lr:float=1e-2,  # The learning rate
+                  **kwargs        # Passed to `Learner`: `cbs`, `metrics`...
+                 ):
     "A fastai `Learner` of a linear model on `synth_dls`"
     from fastai.learner import Learner
     from fastai.losses import MSELossFlat

@@ -1,6 +1,6 @@
 """The docs checker (tools/browser_check.py) fails on what a reader should not see: tiny pages built here, each with
 one problem (a fastai progress bar, a build-machine path, an API entry without its parameter table, an image without
-alt text, a page wider than a phone, a heading that did not render), loaded in headless Chromium the way the checker
+alt text, a page wider than a phone, a heading that did not render, code broken inside a name), loaded in headless Chromium the way the checker
 loads the site; and a clean page passes. Skipped only when no Chromium is installed. Then the docs build's own rules
 (tools/docs.py): show_doc headings render (dunders included), the API index fails on a name with no entry, fastai's
 progress becomes one table per fit."""
@@ -19,7 +19,11 @@ TABLE = '<table><tr><th>Parameter</th></tr><tr><td>n_epoch</td></tr><tr><td>lr</
 CLEAN = f'''<p>Training ran for three epochs and saved to <code>run/checkpoints</code>.</p>
 {ENTRY.format(table=TABLE)}
 <div class="sd-entry"><h3 id="rank">rank</h3><pre><code>def rank()</code></pre><p>This process's rank</p></div>
-<p><img src="data:image/png;base64,{PNG}" alt="Bar chart of the time each save method blocks training" style="width:200px"></p>'''
+<p><img src="data:image/png;base64,{PNG}" alt="Bar chart of the time each save method blocks training" style="width:200px"></p>
+<pre style="overflow-x:auto"><code style="white-space:pre">learn.fit_one_cycle(4, cbs=[CheckpointCallback(every_epoch=1, keep=3), SaveModelCallback(monitor='accuracy')])</code></pre>
+<p style="width:150px">Between names only: <code>learn.<wbr>fit(<wbr>cbs=<wbr>SaveModelCallback(<wbr>monitor=<wbr>'accuracy'))</code> and
+<code><span style="white-space:nowrap">ddpsafe-status</span> checkpoints</code>.</p>
+<p style="width:120px"><code><span style="white-space:nowrap">ddpsafe-export</span> <span style="white-space:nowrap">--best</span></code></p>'''
 
 def page(body:str) -> str:
     return f'<!doctype html><html><head><meta name="viewport" content="width=device-width"></head><body><article>{body}</article></body></html>'
@@ -35,6 +39,8 @@ def site(tmp_path_factory):
                  no_table=CLEAN + ENTRY.format(table=''),
                  bad_alt=CLEAN + f'<p><img src="data:image/png;base64,{PNG}" alt="output"></p>',
                  wide=CLEAN + '<div style="width:900px">a table drawn wider than a phone</div>',
+                 broken=CLEAN + '<pre style="width:150px"><code style="white-space:pre-wrap;overflow-wrap:anywhere">learn.fit(1, cbs=SaveModelCallback(monitor=\'accuracy\', comp=np.greater, min_delta=0.01, fname=\'best_model_by_accuracy\'))</code></pre>',
+                 broken_inline=CLEAN + '<p style="width:150px">Ask <code style="overflow-wrap:anywhere">SaveModelCallback(monitor=\'accuracy_of_the_validation_set_every_epoch\')</code></p>',
                  heading=CLEAN + '<h3 id="x">TrackerCallback.<strong>call</strong> { #trackercallback.<strong>call</strong> .nb-sd }</h3>')
     for name, body in pages.items(): (root/f'{name}.html').write_text(page(body), encoding='utf-8')
     srv = bc.Server(root, '/')
@@ -51,7 +57,8 @@ def test_clean_page_passes(site): assert problems(site, 'clean', 1280) == [] and
 
 @pytest.mark.parametrize('name,expect', [('progress', 'progress bar'), ('path', 'build-machine path'),
                                          ('no_table', 'no parameter table'), ('bad_alt', 'no alt text'),
-                                         ('wide', 'wider than the window'), ('heading', 'did not render')])
+                                         ('wide', 'wider than the window'), ('heading', 'did not render'),
+                                         ('broken', 'breaks inside a name'), ('broken_inline', 'breaks inside a name')])
 def test_checker_fails(site, name, expect):
     probs = problems(site, name)
     assert any(expect in p for p in probs), probs
@@ -104,3 +111,37 @@ def test_one_table_per_fit(docs):
     before, tables, after = docs.fastai_progress(f'start\n{head}\n0 1.0 2.0 00:00\nresumed\n{head}\n{head}\n1 1.5 2.5 00:00\n')
     assert before == ['start'] and [len(t) for t in tables] == [2, 2] and after[0] == 'resumed'
     assert docs.fastai_progress(f'{head}\nnothing trained\n') == ([ 'nothing trained', ''], [], [])
+
+def test_command_links(docs):
+    md = ('Run `ddpsafe-status checkpoints`, then `ddpsafe-status`; [`ddpsafe-ls`](cli.md) is linked already.\n'
+          '### `ddpsafe-ls`\n\n```sh\n`ddpsafe-ls`\n```\n')
+    out = docs.command_links(md, 'quickstart', ['ddpsafe-ls', 'ddpsafe-status'])
+    assert out.splitlines()[0] == ('Run `ddpsafe-status checkpoints`, then [`ddpsafe-status`](cli.md#ddpsafe-status); '
+                                   '[`ddpsafe-ls`](cli.md) is linked already.'), out
+    assert out.splitlines()[1:] == md.splitlines()[1:]             # headings and code blocks as they were
+    assert docs.command_links(md, docs.CLI_PAGE, ['ddpsafe-status']) == md   # the CLI page does not link to itself
+    assert 'ddpsafe-demo' in docs.commands()
+
+def test_api_index_prefers_the_exact_heading(docs):
+    mds = {'cli': '# Command line: `ddpsafe-ls`, `ddpsafe-status`\n\n## The commands\n\n### `ddpsafe-ls`\n\n### `ddpsafe-status`'}
+    assert docs.resolve(docs.Use('ddpsafe-ls', at='cli: `ddpsafe-ls`', doc='x'), {}, mds).anchor == 'ddpsafe-ls'
+
+def test_blank_details(docs):
+    md = docs.sd_anchors('# P\n\n### f\n\n| Parameter | Type | Default | Details |\n|---|---|---|---|\n| `a` | int | `1` | The a |\n'
+                         '| `**kwargs` |  |  |  |\n\n### g\n\n| Parameter | Type | Default | Details |\n|---|---|---|---|\n| `b` |  |  | The b |\n')
+    refs = {'G': [docs.Ref('f', 'p', 'f', 'F'), docs.Ref('g', 'p', 'g', 'G')]}
+    assert docs.blank_details({'p': md}, refs) == ['f (p): **kwargs']
+
+def test_annotations_read_as_code(docs):
+    import inspect, pathlib
+    def f(file, n=2, *, flag=True, other=None): pass
+    f.__annotations__ = dict(file='Path', n='int', flag='bool', other='NotAName')   # as `from __future__ import annotations` keeps them
+    f.__module__ = 'pathlib'   # where `Path` is a name
+    assert docs._sig('f', inspect.signature(f), 'def', f) == 'def f(file: pathlib.Path, n: int = 2, *, flag: bool = True, other: NotAName = None)'
+
+def test_code_breaks(docs):
+    out = docs.code_breaks('<p><code>learn.fit(cbs=SaveModelCallback(monitor=&#39;accuracy&#39;))</code> <code>ddpsafe-ls --stop-at</code></p>'
+                           '<pre><span></span><code>learn.fit(1)</code></pre>')
+    assert '<code>learn.<wbr>fit(<wbr>cbs=<wbr>SaveModelCallback(<wbr>monitor=<wbr>&#39;accuracy&#39;))</code>' in out, out
+    assert '<span class="nw">ddpsafe-ls</span> <span class="nw">--stop-at</span>' in out, out
+    assert out.endswith('<pre><span></span><code>learn.fit(1)</code></pre>')   # code blocks: as they are, they scroll

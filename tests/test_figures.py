@@ -35,6 +35,25 @@ def test_the_check_fails_on_a_stale_page():
     assert len(F.stated_differently({'x.md': '| 4 (stopped, `STOPPED_EXIT_CODE`) |'})) == 1
     assert len(F.stated_differently({'x.md': 'PyTorch 2.4 or newer'}, dict(vals, **{'versions.torch': '2.5'}))) == 1
 
+@pytest.mark.parametrize('fig,stale', [
+    ('exit.requeue', 'every rank exits with the requeue code 76'),
+    ('exit.requeue', 'the ranks exit with code 76. Run the same command again'),
+    ('checkpoint.order', "Keep the callback's `order` below `CheckpointCallback`'s (66; the default is 0)"),
+    ('checkpoint.order', 'give them an `order` below 66.'),
+    ('checkpoint.monitor', "(`CheckpointCallback(monitor='accuracy')` by default)"),
+    ('checkpoint.every_epoch', 'keep `every_epoch=2` (the default: every epoch)'),
+    ('checkpoint.upload_wait', 'it waits at most `upload_wait` seconds (30 by default: fit it into the grace period)'),
+    ('preempt.remote_switch_seconds', 'looked for at most every 5 s (`ddpsafe.preempt.REMOTE_SWITCH_SECONDS`)'),
+    ('versions.torch', 'PyTorch 2.4 is the oldest accepted.'),
+    ('versions.torch', 'also on 2.4.1 with torchvision 0.19.1, the oldest accepted')])
+def test_defaults_stated_by_hand(fig, stale):
+    "A default or code written out on a page is checked against the library: the stale value fails, the real one passes"
+    probs = F.stated_differently({'x.md': stale})
+    assert [p.split(' states ')[1].split(' as ')[0] for p in probs] == [fig], probs
+    real = F.flat()[fig]
+    fixed = stale.replace(probs[0].split(' as ')[1].split(';')[0].strip("'"), real, 1)
+    assert F.stated_differently({'x.md': fixed}) == [], fixed
+
 def test_substitute():
     assert F.substitute('took {{< var preempt.poll_share >}} of a step', {'preempt.poll_share': '1%'}) == 'took 1% of a step'
     with pytest.raises(KeyError, match='no such figure'): F.substitute('{{< var preempt.nothing >}}', {})

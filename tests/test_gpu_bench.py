@@ -40,6 +40,15 @@ def test_gpu_bench_cpu_smoke(tmp_path):
     assert md.returncode == 0, md.stderr[-2000:]
     assert r['device']['name'] in md.stdout and 'CPU smoke run' in md.stdout and md.stdout.count('| 1 MB |') == 1, md.stdout
     assert 'test_cuda.py`: 0 passed' in md.stdout or torch.cuda.is_available(), md.stdout
+    # --merge: a second call measures one part again and keeps the first call's others (how a cut GPU run is completed)
+    out2 = tmp_path/'gpu2.json'
+    p = subprocess.run([sys.executable, str(ROOT/'bench'/'gpu_bench.py'), '--cpu-smoke', '--reps', '1', '--parts', 'async_blocking',
+                        '--sizes', '2', '--merge', str(out), '--out', str(out2)], env={**env, 'PYTHONPATH': str(ROOT)}, capture_output=True, text=True, timeout=200, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    r2 = json.loads(out2.read_text())
+    assert [x['gb'] for x in r2['async_blocking']] == [1, 2] and r2['async_blocking'][1] != r['async_blocking'][1], r2['async_blocking']
+    assert r2['resume'] == r['resume'] and r2['steps_beside_write'] == r['steps_beside_write'] and r2['test_cuda'] == r['test_cuda']
+    assert r2['earlier_runs'][0]['date'] == r['date'], r2.get('earlier_runs')
 
 def test_gpu_bench_refuses_without_cuda(tmp_path):
     "Without --cpu-smoke on a machine without CUDA: a clear refusal, no JSON that could pass for GPU figures"

@@ -18,12 +18,15 @@ Then what a reader sees, page by page, at 1280 px and at 390 px wide (`reader_pr
 - an API entry (`.sd-entry`, from show_doc) whose signature takes parameters but that has no parameter table;
 - an image without alt text that says what it shows (missing, or "output"), wider than the content, or (at 1280 px)
   drawn more than `MAX_SHRINK` times wider than it is shown, so that its text becomes too small to read;
-- a page wider than the window, or a code block that scrolls sideways;
+- a page wider than the window (a code block scrolls inside its own box instead), or code that breaks a line inside a
+  name (`'accurac|y'`, `ddpsafe-|ls`): a code block must keep its lines, inline code may break between names only;
 - a heading whose text shows markdown that did not render (`**call**`, `{ #anchor .nb-sd }`).
 It reports, without failing, build noise in what the pages show (`noise_problems`): a Python warning, fastai's epoch
 table header printed as plain text, a raw list of recorder values.
 It saves screenshots of the first screen of the landing page, the checkpoint page, the CLI page and the API index, at
-1280 px (1280x900) and 390 px (390x844, a phone) wide, to `--shots`: `index-1280.png`, `index-390.png`, ...
+1280 px (1280x900) and 390 px (390x844, a phone) wide, to `--shots`: `index-1280.png`, `index-390.png`, ...; and of the
+pages given with `--page` (`--page howto-existing-script=existing_script.html`), `--screens` screens tall.
+`--shots-only` takes the screenshots without the check (for pages to commit, say).
 """
 from __future__ import annotations
 import argparse, functools, html.parser, http.server, os, re, shutil, subprocess, sys, tempfile, threading, time
@@ -62,8 +65,10 @@ READER_JS = """(function(){
 function run(){
   var de = document.documentElement, main = document.querySelector('article') || document.querySelector('.md-content') || document.body;
   var box = main.getBoundingClientRect(), r = {viewport: de.clientWidth, scroll: Math.max(de.scrollWidth, document.body.scrollWidth),
-           pre: [], imgs: [], entries: []};
-  main.querySelectorAll('pre').forEach(function(p){ if (p.clientWidth && p.scrollWidth > p.clientWidth + 1) r.pre.push(p.innerText.slice(0, 80)); });
+           broken: [], imgs: [], entries: []};
+  main.querySelectorAll('code').forEach(function(c){   // a line of code broken inside a name
+    if (c.closest('pre') ? getComputedStyle(c).whiteSpace === 'pre' : c.getClientRects().length < 2) return;
+    var w = brokenName(c); if (w) r.broken.push(w); });
   main.querySelectorAll('img').forEach(function(i){ var b = i.getBoundingClientRect();
     r.imgs.push({src: i.getAttribute('src'), alt: i.getAttribute('alt'), shown: b.width, natural: i.naturalWidth,
                  outside: b.width > 0 && (b.left < box.left - 1 || b.right > box.right + 1)}); });
@@ -74,6 +79,20 @@ function run(){
     r.entries.push({name: h ? (h.id || h.textContent) : '?', sig: c ? c.textContent : '', table: !!e.querySelector('table')}); });
   var s = document.createElement('script'); s.type = 'application/json'; s.id = '__reader';
   s.textContent = JSON.stringify(r).replace(/</g, '\\u003c'); document.body.appendChild(s);
+}
+function brokenName(el){   // where `el`'s text goes on to a new line between two characters of one name, if it does
+  var tw = document.createTreeWalker(el, NodeFilter.SHOW_TEXT), rg = document.createRange(), top = null, prev = '', n;
+  while ((n = tw.nextNode())) for (var i = 0; i < n.data.length; i++){
+    var ch = n.data[i];
+    if (ch === '\\n') { top = null; prev = ''; continue; }
+    rg.setStart(n, i); rg.setEnd(n, i + 1);
+    var rs = rg.getClientRects();   // none for a space where a line was broken: it still ends the name before it
+    if (rs.length && top !== null && rs[0].top > top + 2 && /[\\w-]/.test(ch) && /[\\w-]/.test(prev))
+      return (n.data.slice(Math.max(0, i - 30), i) + '|' + n.data.slice(i, i + 20)).trim();
+    if (rs.length) top = rs[0].top;
+    prev = ch;
+  }
+  return null;
 }
 if (document.readyState === 'complete') run(); else window.addEventListener('load', function(){ setTimeout(run, 50); });
 })();"""
@@ -178,7 +197,7 @@ def reader_problems(r:dict, width:int) -> list[str]:
     if not r: return [f'at {width} px: the page did not run its measurements']
     res = []
     if r['scroll'] > r['viewport'] + 1: res.append(f'at {width} px: the page is {r["scroll"] - r["viewport"]} px wider than the window')
-    res += [f'at {width} px: a code block scrolls sideways: {p!r}' for p in r['pre']]
+    res += [f'at {width} px: code breaks inside a name: {w!r}' for w in r.get('broken', [])]
     res += [f'a heading shows markdown that did not render: {h!r}' for h in r.get('headings', []) if _unrendered.search(h)]
     for e in r['entries']:
         if not e['sig']: res.append(f'API entry {e["name"]} shows no signature')
@@ -215,12 +234,27 @@ def allowed_hosts() -> list[str]:
     repo = cfg.get('repo_url') or next((s['link'] for s in (cfg.get('extra') or {}).get('social', []) if 'github.com' in s.get('link', '')), None)
     return [u.rstrip('/') for u in (cfg.get('site_url'), repo) if u]
 
+def take_shots(exe:str, base:str, pages:set, shots:Path, extra:dict, screens:int, fail):
+    "Screenshots, as a reader sees the pages: `SHOTS` one screen tall, `extra` (name -> page) `screens` tall; each width"
+    shots.mkdir(parents=True, exist_ok=True)
+    for name, page, n in [(k, v, 1) for k, v in SHOTS.items()] + [(k, v, screens) for k, v in extra.items()]:
+        if page not in pages: fail(f'no page {page} to take a screenshot of'); continue
+        for width in WIDTHS:
+            shot = shots/f'{name}-{width}.png'; shot.unlink(missing_ok=True)
+            chromium(exe, base + page, f'--screenshot={shot}', f'--window-size={width},{SCREENS[width]*n}')
+            if not shot.exists() or shot.stat().st_size < 1000: fail(f'no screenshot written to {shot}')
+            else: print(f'  screenshot: {shot} ({shot.stat().st_size // 1024} KB)')
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('--site', default=str(ROOT/'docs'), help='the built site (default docs/)')
     ap.add_argument('--shots', default=str(ROOT/'.ci/artifacts'), help='folder for the screenshots (index, checkpoint, cli, api; each at 1280 and 390 px)')
     ap.add_argument('--prefix', default=None, help="URL path to serve the site under (default: site_url's path in mkdocs.yml)")
     ap.add_argument('--min-text', type=int, default=40, help='fewest characters of text a page\'s main content may have')
+    ap.add_argument('--page', action='append', default=[], metavar='[NAME=]PAGE',
+                    help='one more page to take screenshots of, as NAME-1280.png and NAME-390.png (NAME: the page\'s name)')
+    ap.add_argument('--screens', type=int, default=1, help='how many screens tall the screenshots of --page are (default 1)')
+    ap.add_argument('--shots-only', action='store_true', help='take the screenshots only, without checking the site')
     a = ap.parse_args()
     site = Path(a.site).resolve()
     if not (site/'index.html').exists(): sys.exit(f'browser_check: {site}/index.html does not exist: build the docs first (bash tools/docs.sh)')
@@ -231,6 +265,10 @@ def main():
     def fail(msg):
         if msg not in fails: fails.append(msg); print('  FAIL', msg, flush=True)
     print(f'browser_check: serving {site} at {base} ({exe})', flush=True)
+    extra = {(n if p else Path(n).stem): (p or n) for n, _, p in (x.partition('=') for x in a.page)}
+    if a.shots_only:
+        take_shots(exe, base, {p.relative_to(site).as_posix() for p in site.rglob('*.html')}, Path(a.shots).resolve(), extra, a.screens, fail)
+        srv.close(); sys.exit(1 if fails else 0)
 
     # every HTML page of the site, plus every internal URL found in them (crawled)
     pages = {base + p.relative_to(site).as_posix() for p in site.rglob('*.html')}
@@ -293,15 +331,7 @@ def main():
 
     for n in noise: print(f'  noise (reported, not failed: the notebooks print it) {n}')
 
-    # screenshots, as a reader sees the pages
-    shots = Path(a.shots).resolve(); shots.mkdir(parents=True, exist_ok=True)
-    for name, page in SHOTS.items():
-        if base + page not in pages: fail(f'no page {page} to take a screenshot of'); continue
-        for width in WIDTHS:
-            shot = shots/f'{name}-{width}.png'; shot.unlink(missing_ok=True)
-            chromium(exe, base + page, f'--screenshot={shot}', f'--window-size={width},{SCREENS[width]}')
-            if not shot.exists() or shot.stat().st_size < 1000: fail(f'no screenshot written to {shot}')
-            else: print(f'  screenshot: {shot}')
+    take_shots(exe, base, {u[len(base):] for u in pages}, Path(a.shots).resolve(), extra, a.screens, fail)
 
     time.sleep(0.2)
     srv.close()

@@ -13,7 +13,7 @@ as readers need it:
   one has no entry), everything else below, collapsed, by module;
 - each module page opens with a "Use from this page" box of its public names; its other entries are labelled internal;
 - MkDocs hooks (this file, `on_config` / `on_page_content`): nbdev's anchors for show_doc headings (dunders included),
-  code lines that wrap under their own indent, and a failed build for a heading that did not render.
+  inline code that breaks between names, never inside one, and a failed build for a heading that did not render.
 """
 from __future__ import annotations
 import argparse, base64, enum, html, importlib, inspect, os, re, shutil, subprocess, sys, time, warnings
@@ -45,15 +45,29 @@ def _default(v) -> str:
                                          else f'[{", ".join(map(_default, v))}]')
     return repr(v)
 
-def _param(p) -> str:
+def _anno(a, sym=None) -> str:
+    """An annotation as it reads in code, '' for none. One kept as a string (`from __future__ import annotations`, which
+    `@delegates`' signatures keep as they are) is evaluated in `sym`'s module, so it reads as the others do: `bool`, not `'bool'`"""
+    if a is inspect.Parameter.empty: return ''
+    if isinstance(a, str):
+        try: a = eval(a, dict(vars(sys.modules[sym.__module__])))
+        except Exception: return a   # not evaluable here: as written in the source, unquoted
+    return inspect.formatannotation(a)
+
+def _param(p, sym=None) -> str:
     "One parameter as it reads in a signature: `*args`, `name: type = default`"
     star = '*' if p.kind == p.VAR_POSITIONAL else '**' if p.kind == p.VAR_KEYWORD else ''
-    anno = '' if p.annotation is p.empty else f': {inspect.formatannotation(p.annotation)}'
+    anno = f': {a}' if (a := _anno(p.annotation, sym)) else ''
     return star + p.name + anno + ('' if p.default is p.empty else (' = ' if anno else '=') + _default(p.default))
 
-def _sig(name:str, sig, kind:str) -> str:
+def _sig(name:str, sig, kind:str, sym=None) -> str:
     "`kind name(params)`, one parameter per line when it does not fit in 88 characters"
-    ps = [_param(p) for n, p in (sig.parameters.items() if sig else []) if n != 'self']
+    ps, star = [], False   # `*` before the first keyword-only parameter, as in the source
+    for n, p in (sig.parameters.items() if sig else []):
+        if n == 'self': continue
+        if p.kind == p.KEYWORD_ONLY and not star: ps.append('*')
+        star = star or p.kind in (p.KEYWORD_ONLY, p.VAR_POSITIONAL)
+        ps.append(_param(p, sym))
     one = f'{kind} {name}({", ".join(ps)})'
     return one if len(one) <= 88 else f'{kind} {name}(\n' + ''.join(f'    {p},\n' for p in ps) + ')'
 
@@ -63,13 +77,13 @@ def param_table(sym, sig) -> str:
     "Markdown table of the parameters in `sig`: type, default, and the docment of each"
     if not sig or not [n for n in sig.parameters if n != 'self']: return ''
     from fastcore.docments import docments
-    try: docs = docments(sym, full=True)
+    try: docs = docments(sym, full=True, args_kwargs=True)   # `*args`, `**kwargs` too
     except Exception: docs = {}
     rows = ['| Parameter | Type | Default | Details |', '|---|---|---|---|']
     for n, p in sig.parameters.items():
         if n == 'self': continue
         star = '*' if p.kind == p.VAR_POSITIONAL else '**' if p.kind == p.VAR_KEYWORD else ''
-        anno = '' if p.annotation is p.empty else inspect.formatannotation(p.annotation)
+        anno = _anno(p.annotation, sym)
         dflt = '' if p.default is p.empty else f'`{_default(p.default)}`'
         rows.append(f'| `{star}{n}` | {_cell(anno)} | {_cell(dflt)} | {_cell((docs.get(n) or {}).get("docment") or "")} |')
     return '\n'.join(rows)
@@ -86,12 +100,15 @@ class ApiRenderer(BasicMarkdownRenderer):
         kind = 'class' if inspect.isclass(sym) else 'async def' if inspect.iscoroutinefunction(sym) else 'def'
         src = self._src()
         parts = [f'<div class="sd-entry" markdown="1">', f'{"#"*self.title_level} {self.nm}',
-                 f'```python\n{_sig(self.nm.split(".")[-1], sig, kind)}\n```', self.docs or '',
+                 f'```python\n{_sig(self.nm.split(".")[-1], sig, kind, sym)}\n```', self.docs or '',
                  param_table(sym, sig), f'<a class="sd-source" href="{html.escape(src)}">source</a>' if src else '', '</div>']
         return '\n\n'.join(p for p in parts if p) + '\n'
     def _src(self):
+        "The link to the source in the project's repository; None for another library's (fastai's `SaveModelCallback`)"
+        from nbdev.config import get_config
         from nbdev.doclinks import NbdevLookup
-        return NbdevLookup().code(self.fn)
+        src = NbdevLookup().code(self.fn)
+        return src if src and src.startswith(get_config().git_url.rstrip('/') + '/') else None
 
 # ---------------------------------------------------------------------------------------------- output processors
 _term_bar = re.compile(r'^\s*(?:█\s*$|(?:Epoch \d+/\d+ : )?\|[█▉▊▋▌▍▎▏ -]*\|.*$)')
@@ -198,6 +215,28 @@ def callouts(md:str) -> str:
         out.append('    '*sum(stack) + line if line.strip() else '')
     return '\n'.join(out)
 
+CLI_PAGE = 'cli'   # the page of the commands: a heading `ddpsafe-ls` each (API_GROUPS links them too)
+
+def commands() -> list[str]:
+    "The commands the package installs: pyproject.toml's `[project.scripts]`"
+    import tomllib
+    return list(tomllib.loads((ROOT/'pyproject.toml').read_text(encoding='utf-8'))['project'].get('scripts', {}))
+
+def command_links(md:str, page:str, cmds:list|None=None) -> str:
+    """Each command in code (`ddpsafe-ls`) in `md`, outside links, headings and code blocks: a link to its own entry
+    on the CLI page, not to the top of that page"""
+    cmds, fence, out = set(commands() if cmds is None else cmds), None, []
+    def f(m):
+        t = m.group(0)
+        return f'[{t}]({CLI_PAGE}.md#{t.strip("`")})' if t.startswith('`') and t.strip('`') in cmds else t
+    for line in md.splitlines():
+        if m := re.match(r'^\s*(`{3,}|~{3,})', line):
+            fence = m.group(1) if fence is None else None if m.group(1).startswith(fence) else fence
+        elif fence is None and page != CLI_PAGE and not re.match(r'^\s*#{1,6}\s', line):
+            line = re.sub(r'\[[^\]\n]*\]\([^)\n]*\)|`[^`\n]+`', f, line)
+        out.append(line)
+    return '\n'.join(out) + ('\n' if md.endswith('\n') else '')
+
 class Linker:
     "Links to the published docs (nbdev writes them) and to notebooks, as relative links between the pages built here"
     def __init__(self, pages:dict, nb2page:dict):
@@ -291,7 +330,7 @@ class Page:
                 for name, att in (c.get('attachments') or {}).items():
                     k = next(iter(att))
                     s = s.replace(f'attachment:{name}', self.image(att[k], k.split('/')[-1].replace('svg+xml', 'svg')))
-                parts.append(link(callouts(substitute(s))))
+                parts.append(link(callouts(command_links(substitute(s), self.name))))
             elif c.cell_type == 'code' and d.get('include') != 'false':
                 if s.strip() and d.get('echo') != 'false':
                     block, fold = fence(s.strip('\n'), c.get('metadata', {}).get('language', 'python')), d.get('code-fold')
@@ -306,7 +345,7 @@ class Page:
 class Use(NamedTuple):
     """A public name in the API index: as a user writes it; `sym`: where its docstring is (default `name`), found in
     `<lib>/_modidx.py` in any module; `at`: `'page: heading'`, the section that documents a name without an entry of its
-    own (its heading contains `heading`); `doc`: the one-liner when there is no docstring to take"""
+    own (the heading that is `heading`, else the first that contains it); `doc`: the one-liner when there is no docstring to take"""
     name: str
     sym: str|None = None
     at: str|None = None
@@ -330,7 +369,7 @@ API_GROUPS = {
             doc='Save the encoder to `file` in the model directory, once, on rank 0, atomically'),
         Use('TextLearner.load_encoder', at='learner: Text models', doc='Load the encoder `file` on every rank'),
         Use('DataLoaders.save'), Use('load_dls'),
-        Use('SaveModelCallback', at='callbacks: `SaveModelCallback`',
+        Use('SaveModelCallback', at='callbacks: SaveModelCallback',
             doc="fastai's, with rank 0 deciding each new best and every rank loading the same best weights after fit"),
         Use('EarlyStoppingCallback, ReduceLROnPlateau', at='callbacks: Tracker decisions',
             doc="fastai's trackers, with rank 0's decisions (new best, stop, reduce) on every rank"),
@@ -350,8 +389,7 @@ API_GROUPS = {
     'Test your training code on N ranks': [
         Use('run_ranks'), Use('RanksFailed'), Use('run_script'), Use('launch_ranks'), Use('synth_learner')],
     'Command line': [
-        Use(f'ddpsafe-{c}', sym=f'ddpsafe_{c}', at=f'cli: `ddpsafe-{c}`') for c in ('ls', 'verify', 'status', 'export')] + [
-        Use('ddpsafe-demo', sym='ddpsafe_demo', at='cli: `ddpsafe-demo`')],
+        Use(f'ddpsafe-{c}', sym=f'ddpsafe_{c}', at=f'{CLI_PAGE}: `ddpsafe-{c}`') for c in ('ls', 'verify', 'status', 'export', 'demo')],
 }
 
 class Ref(NamedTuple):
@@ -415,7 +453,8 @@ def entry_of(use:Use, qual:str, syms:dict, mds:dict) -> tuple[str, str]:
     "(page, anchor) of `use`'s entry in the reference; DocsError when there is none"
     if use.at:
         page, _, head = use.at.partition(': ')
-        hit = next((a for t, a in heading_ids(mds.get(page, '')) if head in t), None)
+        heads = heading_ids(mds.get(page, ''))   # the heading that is `head` (`ddpsafe-ls`), else the first containing it
+        hit = next((a for t, a in heads if t == head), None) or next((a for t, a in heads if head in t), None)
         if hit is None: raise DocsError(f'API index: {use.name}: page {page!r} has no heading with {head!r} (tools/docs.py API_GROUPS)')
         return page, hit
     for _, page, anchor in syms.get(qual, []):
@@ -433,6 +472,28 @@ def resolve(use:Use, syms:dict, mds:dict) -> Ref:
     doc = use.doc or (_first_line(obj) if obj is not None else '')
     if not doc: raise DocsError(f'API index: {use.name}: no docstring found for {qual} and no `doc` given (tools/docs.py API_GROUPS)')
     return Ref(use.name, page, anchor, doc)
+
+def entry_md(md:str, anchor:str) -> str:
+    "The markdown under the heading `anchor` of a page's markdown `md`, up to the next heading; '' if none"
+    ids, out, fence, i = [a for _, a in heading_ids(md)], None, None, -1
+    for line in md.splitlines():
+        if m := re.match(r'^\s*(`{3,}|~{3,})', line):
+            fence = m.group(1) if fence is None else None if m.group(1).startswith(fence) else fence
+        elif fence is None and re.match(r'^#{1,6}\s+\S', line):
+            i += 1
+            if out is not None: break
+            if ids[i] == anchor: out = []
+            continue
+        if out is not None: out.append(line)
+    return '\n'.join(out or [])
+
+def blank_details(mds:dict, refs:dict) -> list[str]:
+    "Public entries whose parameter table (`param_table`) leaves a parameter without details: `name (page): params`"
+    res = []
+    for r in (r for rs in refs.values() for r in rs):
+        if bad := re.findall(r'^\| `([^`]+)` \|.*\|[ \t]*\|[ \t]*$', entry_md(mds.get(r.page, ''), r.anchor), re.M):
+            res.append(f'{r.name} ({r.page}): {", ".join(bad)}')
+    return res
 
 def public_refs(mds:dict) -> dict[str, list[Ref]]:
     "`API_GROUPS` resolved: for each group, its names with their entries"
@@ -535,6 +596,9 @@ def write_pages(cache:Path) -> dict:
     link = Linker(titles, {p.nb_path.name: p.name for p in pages})
     mds = {p.name: p.markdown(link) for p in pages}
     refs = public_refs(mds)
+    if blank := blank_details(mds, refs):
+        raise DocsError('API index: entries whose parameters have no details; give each a docment (a comment after it):\n  '
+                        + '\n  '.join(blank))
     mds = {n: user_first(n, md, refs) for n, md in mds.items()} | {'api': api_index(mds, refs, titles)}
     ids = {n: {a for _, a in heading_ids(m)} for n, m in mds.items()}
     for name, md in mds.items(): (MD/f'{name}.md').write_text(fix_anchors(md, ids), encoding='utf-8')
@@ -547,22 +611,34 @@ def write_pages(cache:Path) -> dict:
         if p.name != 'index': nav.setdefault(p.section, []).append({re.sub(r'`([^`]+)`', r'\1', p.title): f'{p.name}.md'})
     nav[DEFAULT_SECTION].append({'API index': 'api.md'})
     if STATIC.exists(): shutil.copytree(STATIC, MD, dirs_exist_ok=True)
+    for n in static: (MD/f'{n}.md').write_text(command_links((MD/f'{n}.md').read_text(encoding='utf-8'), n), encoding='utf-8')
     for n, fm in static.items(): nav.setdefault(fm.get('section', DEFAULT_SECTION), []).append({titles[n]: f'{n}.md'})
     return {'Home': 'index.md'} | {s: ps for s, ps in nav.items() if ps}
 
 # ---------------------------------------------------------------------------------------------- MkDocs hooks
 # MkDocs loads this file as a hook module too (`hooks:` in the generated config): it calls these on each page's HTML.
-_line = re.compile(r'<span id="__span-[\d-]+"')
+_code = re.compile(r'(<pre\b[^>]*>(?:<span></span>)?)?<code\b([^>]*)>(.*?)</code>', re.S)
+_names = re.compile(r'(?P<name>(?<![\w-])-*\w+(?:-+\w+)*)'   # a name, on one line: `accuracy`, `ddpsafe-ls`, `--stop-at`
+                    r'|(?P<end>\.(?=[A-Za-z_])|::|[/(\[,]|=(?!=))')   # where a name ends: a line may break after these
 _heading = re.compile(r'<(h[1-6])\b[^>]*>(.*?)</\1>', re.S)
 _broken = re.compile(r'\*\*|\{\s*#|\.nb-sd\b')
 
-def hanging_indent(page_html:str) -> str:
-    "Each code line (pymdownx's `line_spans`) gets `--i`, its own indent in characters: the CSS wraps it under itself + 4"
+def _break_between_names(text:str) -> str:
+    "Text of inline code with a `<wbr>` where one name ends (`learn.|fit(|cbs=|...`) and hyphenated names unbroken"
     def f(m):
-        lead = re.match(r'>(?:<span[^>]*>)*([ \t]*)', page_html[m.end():m.end() + 400])
-        n = len(lead.group(1).expandtabs(4)) if lead else 0
-        return m.group(0) + (f' style="--i:{n}"' if n else '')
-    return _line.sub(f, page_html)
+        if m.group('end'): return m.group(0) + '<wbr>'
+        return f'<span class="nw">{m.group(0)}</span>' if '-' in m.group(0) else m.group(0)
+    return _names.sub(f, text)
+
+def code_breaks(page_html:str) -> str:
+    """Inline code may break between names, never inside one (`'accurac|y'`): a `<wbr>` after `.`, `(`, `,`, `=`, `/`,
+    and `ddpsafe-ls` in a `span.nw` (the CSS: no break inside). Code blocks are left alone: they scroll sideways"""
+    def f(m):
+        if m.group(1): return m.group(0)
+        parts = re.split(r'(<[^>]+>|&\w+;|&#\d+;)', m.group(3))   # tags and entities stay as they are
+        body = ''.join(p if i % 2 else _break_between_names(p) for i, p in enumerate(parts))
+        return f'<code{m.group(2)}>{body}</code>'
+    return _code.sub(f, page_html)
 
 def broken_headings(page_html:str) -> list[str]:
     "Headings whose visible text shows markdown that did not render (`**call**`, `{ #anchor .nb-sd }`)"
@@ -578,11 +654,11 @@ def on_config(config):
     return config
 
 def on_page_content(page_html, page, config, files):
-    "MkDocs hook: code lines wrap under their own indent; the build fails on a heading that did not render"
+    "MkDocs hook: inline code breaks between names only; the build fails on a heading that did not render"
     if bad := broken_headings(page_html):
         from mkdocs.exceptions import PluginError
         raise PluginError(f'{page.file.src_uri}: headings that did not render: {bad}')
-    return hanging_indent(page_html)
+    return code_breaks(page_html)
 
 def write_config(nav:dict) -> Path:
     "`_docs_build/mkdocs.yml`: the root `mkdocs.yml` plus the nav, and this file as MkDocs hooks (`on_config`, `on_page_content`)"

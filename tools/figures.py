@@ -29,7 +29,9 @@ def preempt_figures() -> dict:
     r = json.loads((RESULTS/'preempt_default.json').read_text())
     runs = list(r['step_lengths'].values())
     delays = [d for x in runs for d in x['delay_s_per_run']]
+    from ddpsafe.preempt import REMOTE_SWITCH_SECONDS
     return {'poll_seconds': _s(POLL_SECONDS),
+            'remote_switch_seconds': f'{REMOTE_SWITCH_SECONDS:g} s',
             'round_share': f'{ROUND_SHARE:g}',
             'max_steps_per_round': str(MAX_STEPS_PER_ROUND),
             'round_spacing': _s(spacing, 3),
@@ -48,6 +50,14 @@ def exit_figures() -> dict:
     "The exit codes a launcher or a requeue loop sees"
     from ddpsafe.manifest import REQUEUE_EXIT_CODE, STOPPED_EXIT_CODE
     return {'requeue': str(REQUEUE_EXIT_CODE), 'stopped': str(STOPPED_EXIT_CODE)}
+
+def checkpoint_figures() -> dict:
+    "Defaults of `CheckpointCallback` that pages state: its parameters' and its `order` among fastai's callbacks"
+    import inspect
+    from ddpsafe.checkpoint import CheckpointCallback
+    ps = inspect.signature(CheckpointCallback).parameters
+    return {'order': str(CheckpointCallback.order), 'monitor': ps['monitor'].default,
+            **{k: f'{ps[k].default:g}' for k in ('every_epoch', 'keep', 'upload_wait')}}
 
 def core_figures() -> dict:
     "Defaults of `ddpsafe.core`"
@@ -68,9 +78,24 @@ def versions_figures() -> dict:
     return {'python': floor(proj['requires-python']), 'torch': floor(deps['torch']),
             'fastai': floor(deps['fastai']), 'fastai_below': re.search(r'<\s*([\d.]+)', deps['fastai']).group(1)}
 
+def gpu_figures() -> dict:
+    "The GPU run: bench/results/gpu.json (bench/gpu_bench.sh)"
+    r = json.loads((RESULTS/'gpu.json').read_text())
+    ab = r['async_blocking']
+    ratio = lambda k: _span([x['ratios'][k] for x in ab], lambda v: f'{v:.2f}' if v < 10 else f'{v:.0f}') + '×'
+    big = max(ab, key=lambda x: x['gb'])
+    tc = r['test_cuda']
+    return {'card': r['device']['name'], 'sizes': _and([f"{x['gb']:g}" for x in ab]) + ' GB',
+            'tests': f"{tc['passed']} of {tc['passed'] + tc['failed'] + tc['error'] + tc['skipped']}",
+            'async_over_pinned': ratio('ddpsafe_over_pinned_d2h'), 'dcp_over_async': ratio('dcp_async_over_ddpsafe'),
+            'torch_save_over_async': ratio('torch_save_over_ddpsafe'),
+            'pinned_rate': f"{big['bytes'] / big['blocking_median']['pinned_d2h'] / 1e9:.0f} GB/s",
+            'steps_beside_write': f"{r['steps_beside_write']['median']:.2f}×", 'resume_ratio': f"{r['resume']['median']:.2f}×"}
+
 def figures() -> dict:
     "Every figure by group and name: `{'preempt': {'poll_share': '0.28%, 0.18% and 0.25%', ...}, ...}`"
-    return {'preempt': preempt_figures(), 'core': core_figures(), 'exit': exit_figures(), 'versions': versions_figures()}
+    return {'preempt': preempt_figures(), 'checkpoint': checkpoint_figures(), 'core': core_figures(), 'exit': exit_figures(),
+            'versions': versions_figures(), 'gpu': gpu_figures()}
 
 def flat(figs:dict|None=None) -> dict:
     "`{'preempt.poll_share': value, ...}`"
@@ -98,16 +123,32 @@ CLAIMS = [
     ('preempt.round_spacing', r'(\d+(?:\.\d+)? s) rounds'),
     ('preempt.poll_share', r'(?:poll`?\)?|agreement(?: itself)?) took (\d[\d.\-]*%(?:(?:,| and) \d[\d.\-]*%)*)'),
     ('preempt.steps', r'at (\d[\d.]*(?:, \d[\d.]*)* and \d[\d.]* ?ms) steps'),
+    ('preempt.remote_switch_seconds', r'every (\d+(?:\.\d+)? s) \(`(?:ddpsafe\.preempt\.)?REMOTE_SWITCH_SECONDS'),
+    ('checkpoint.order', r'`order`(?: is|,)? (\d+)\b'),
+    ('checkpoint.order', r'an `order` below (\d+)\b'),
+    ('checkpoint.order', r"`CheckpointCallback`'s \((\d+)[;,)]"),
+    ('checkpoint.monitor', r"`CheckpointCallback\(monitor='(\w+)'\)`,? by default"),
+    ('checkpoint.monitor', r"`CheckpointCallback`'s `monitor`(?: defaults to|, by default,) `'?(\w+)'?`"),
+    ('checkpoint.every_epoch', r'`every_epoch=(\d+)` \(the default'),
+    ('checkpoint.keep', r'`keep=(\d+)` \(the default'),
+    ('checkpoint.keep', r'`keep`(?: is|,)? (\d+) by default'),
+    ('checkpoint.upload_wait', r'`upload_wait` seconds \((\d+(?:\.\d+)?) by default'),
     ('core.timeout', r'`?DDPSAFE_TIMEOUT`? \((\d+ \w+) by default'),
     ('exit.requeue', r'`REQUEUE_EXIT_CODE`, (\d+)\b'),
     ('exit.requeue', r'\*\*(\d+)\*\* \(`(?:ddpsafe\.\w+\.)?REQUEUE_EXIT_CODE'),
     ('exit.requeue', r'(\d+) \((?:preempted|`REQUEUE_EXIT_CODE`)'),
+    ('exit.requeue', r'requeue code (\d+)\b'),
+    ('exit.requeue', r'exit(?: with)? code (\d+)(?: for the requeue| is a preemption|, resumed)'),
+    ('exit.requeue', r'(?:preempted|preemption) \(exit code (\d+)\)'),
+    ('exit.requeue', r'the ranks exit with code (\d+)\b'),
     ('exit.stopped', r'`STOPPED_EXIT_CODE`, (\d+)\b'),
     ('exit.stopped', r'(\d+) \((?:stopped|`STOPPED_EXIT_CODE`)'),
     ('versions.python', r'Python (\d+\.\d+) or newer'),
     ('versions.python', r'\| Python \| (\d+\.\d+) or newer'),
     ('versions.torch', r'(?:PyTorch|torch) (\d+(?:\.\d+)*) or newer'),
     ('versions.torch', r'\| PyTorch \| (\d+(?:\.\d+)*) or newer'),
+    ('versions.torch', r'PyTorch (\d+(?:\.\d+)*) is the oldest accepted'),
+    ('versions.torch', r'(\d+\.\d+)\.\d+ with torchvision [\d.]+, the oldest accepted'),
     ('versions.fastai', r'fastai (\d+(?:\.\d+)+) up to'),
     ('versions.fastai_below', r'fastai \d+(?:\.\d+)+ up to (\d+(?:\.\d+)+)'),
 ]

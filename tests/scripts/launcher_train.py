@@ -3,6 +3,7 @@
     torchrun --nproc_per_node 2 launcher_train.py PATH N_EPOCH [--every-steps N] [--workers N] [--slow SECS]
                                                   [--loader fastai|torch|stateful|batches] [--dropout P] [--persistent-workers]
                                                   [--out FILE] [--marks DIR] [--hang-first-fork RANK]
+                                                  [--memory-every-steps N] [--memory-path DIR]
 
 The data is `y = x @ [1,2,3,4] + 0.5` plus noise (like `ddpsafe.testing.synth_dls`) through fastai `DataLoaders` with
 `--workers` DataLoader worker processes (2 by default, as fastai's default gives on a 2-core machine), or through the
@@ -16,7 +17,9 @@ every rank appends marker lines, flushed at once, to `DIR/rank{r}.log` (`PID p`,
 {json}`). `--out FILE` writes the final weights of a finished run to `FILE.rank{r}`. The exit code is the
 callback's: 75 after a preemption signal, 0 at the end. `--hang-first-fork R` makes the first DataLoader worker that rank R
 forks stop before it runs anything (a fork handler that never returns), as a worker deadlocked after fork does
-(CPython gh-112275); `--worker-start-seconds` sets how long ddpsafe waits for a forked worker to start."""
+(CPython gh-112275); `--worker-start-seconds` sets how long ddpsafe waits for a forked worker to start.
+`--memory-every-steps N` adds the memory tier (a checkpoint every N steps in `/dev/shm`, or in `--memory-path`); its
+saves are logged `SAVE g memory`."""
 from __future__ import annotations
 import os, sys, json, time, argparse
 from pathlib import Path
@@ -34,6 +37,8 @@ def parse_args(argv=None):
     p.add_argument('--out', default=None); p.add_argument('--marks', default=None)
     p.add_argument('--hang-first-fork', type=int, default=None, help='rank whose first forked worker never starts')
     p.add_argument('--worker-start-seconds', type=float, default=None)
+    p.add_argument('--memory-every-steps', type=int, default=None, help='also save to the memory tier every N steps')
+    p.add_argument('--memory-path', default=None, help="the memory tier's folder; default: one of the run's own in /dev/shm")
     return p.parse_args(argv)
 
 class TensorBatches:
@@ -110,7 +115,7 @@ def main(argv=None) -> int:
         os.register_at_fork(after_in_child=stuck_child)   # every later child inherits hung=[True]: the parent's copy is set in before_fork
         os.register_at_fork(after_in_parent=lambda: hung.__setitem__(0, True))
 
-    cb = Markers(every_steps=a.every_steps, every_epoch=None, keep=3)
+    cb = Markers(every_steps=a.every_steps, every_epoch=None, keep=3, memory_every_steps=a.memory_every_steps, memory_path=a.memory_path)
     code = 0
     try:
         with learn.distrib_ctx(): learn.fit_one_cycle(a.n_epoch, 1e-2, cbs=cb)
