@@ -125,7 +125,9 @@ def before_fit(self:CheckpointCallback):
         self.skipped_fit = True
         raise CancelFitException()      # a stop request ended an earlier fit of this `fine_tune`: the rest waits for the resume
     if self.resume is not False and self.resume is not None: self._resume()
-    self._start_interval()     # after the resume: the time a restart takes includes it
+    history = self.local_root if self.local_root is not None else self.root if self.storage.local else None   # object storage: no append
+    self.timer = SaveTimer(self.every_seconds, history, is_main(), self.saver.writer)   # after the resume: the time a restart takes includes it
+    if self.timer.launch is not None: at_fit_end(self.learn, self._launch_ended)       # an exception ends the fit: recorded as it closes
 
 # %% ../nbs/08_checkpoint.ipynb #26d2d96a
 def exit_quickly(code:int # The exit status
@@ -216,61 +218,13 @@ def _stop(self:CheckpointCallback, asked:dict): # The agreed requests, with `sto
     if is_main(): print(f'ddpsafe: stopping at step {self.steps_before+self.fit_steps} after a {self.stopped_by}; checkpoint saved in {self.local_root or self.root}')
 
 # %% ../nbs/08_checkpoint.ipynb #7378cdb3
-import statistics
 from .interval import *
-CheckpointCallback.interval = CheckpointCallback.launch = CheckpointCallback.past_launches = None   # before a fit: no timer, no launch
-CheckpointCallback.save_costs = ()
-
-def _quietly(f, folder, *args, **kwargs):
-    "`f(folder, ...)`, or `None` with a warning when the folder cannot be written: the history never stops a run"
-    try: return f(folder, *args, **kwargs)
-    except OSError as e: warnings.warn(f"ddpsafe: the launch history in {folder} cannot be written ({e}); every_seconds='auto' goes on without it")
-
-def _write_seconds(cb) -> float|None:
-    "How long the fit's last background write took; `None` without one"
-    w = getattr(cb.saver, 'writer', None)
-    return None if w is None else w.seconds
-
-@patch
-def _start_interval(self:CheckpointCallback):
-    "Set this fit's interval of timed saves; with `every_seconds='auto'`, rank 0 records the launch and chooses it"
-    self.interval, self.launch, self.history, self.past_launches, self.save_costs, self.said_interval = None, None, None, None, [], None
-    if isinstance(self.every_seconds, str) and self.every_seconds != 'auto': raise ValueError(f"every_seconds={self.every_seconds!r}: a number of seconds, 'auto' or None")
-    if self.every_seconds != 'auto': self.interval = self.every_seconds; return
-    if not is_main(): return                                  # rank 0's clock decides the timed saves
-    folder = self.local_root if self.local_root is not None else self.root if self.storage.local else None   # object storage: no append
-    if folder is not None and (launch := _quietly(launch_started, folder)) is not None:
-        self.history, self.launch = folder, launch
-        at_fit_end(self.learn, self._launch_ended)            # an exception ends the fit: recorded as it closes
-    self.past_launches = failure_history(read_launches(self.history) if self.history is not None else [])
-    self._choose_interval()
-
-@patch
-def _choose_interval(self:CheckpointCallback):
-    "Rank 0: the interval from this launch's save costs and the folder's history; said when it moved much"
-    c = statistics.median(self.save_costs) if self.save_costs else None
-    w = _write_seconds(self) if self.async_save else 0.
-    self.interval_why = choose_interval(self.past_launches, c, w)
-    self.interval = self.interval_why['seconds']
-    if interval_moved(self.said_interval, self.interval):
-        self.said_interval = self.interval
-        print(interval_note(self.interval_why))
-
-@patch
-def _saved(self:CheckpointCallback, seconds:float): # How long the save blocked training
-    "Rank 0, with `every_seconds='auto'`: count the save's cost, and choose the interval again"
-    if self.every_seconds != 'auto' or self.past_launches is None: return
-    self.save_costs = [*self.save_costs[-19:], seconds]       # the newest 20
-    self._choose_interval()
+CheckpointCallback.timer = SaveTimer(None)   # before a fit: no timed saves
 
 @patch
 def _launch_ended(self:CheckpointCallback, ended:bool=False): # Did the fit reach `after_fit`? Else an exception ended it
-    "Rank 0: record how this launch ended, and the save costs it measured"
-    if self.launch is None: return
-    how = {'signal': 'preempted', 'switch': 'stopped'}.get(self.stopped_by, 'finished') if ended else 'error'
-    _quietly(launch_ended, self.history, self.launch, how, save_seconds=statistics.median(self.save_costs) if self.save_costs else None,
-             write_seconds=_write_seconds(self))
-    self.launch = None
+    "Rank 0, with `every_seconds='auto'`: record how this launch ended in the folder's history"
+    self.timer.ended({'signal': 'preempted', 'switch': 'stopped'}.get(self.stopped_by, 'finished') if ended else 'error')
 
 # %% ../nbs/08_checkpoint.ipynb #7e000002
 from .memory import *
@@ -306,7 +260,7 @@ def _end_memory(self:CheckpointCallback):
 def after_batch(self:CheckpointCallback):
     "Poll the requests; save and stop at optimizer steps"
     if not self.training: return
-    timer = is_main() and not self.timer_raised and self.interval is not None and time.monotonic()-self.last_save >= self.interval
+    timer = is_main() and not self.timer_raised and self.timer.due(time.monotonic()-self.last_save)
     self.timer_raised |= timer
     self.asked = {k: v or self.asked[k] for k, v in self.stops.poll(timer=timer).items()}
     self.pending_grads = not self.stepped
@@ -360,7 +314,7 @@ def save(self:CheckpointCallback,
     if memory: return self._save_memory(pos['global_step'], checkpoint_writers(files), meta)
     self.saver.save(pos['global_step'], files, meta, shards)     # written as this fit chose: now or in the background, whole or in shards
     self.last_pos, self.last_save, self.saved_stop = (pos['global_step'], pos['epoch_done']), time.monotonic(), stop
-    self._saved(self.last_save - began)
+    self.timer.saved(self.last_save - began)
     return True
 
 # %% ../nbs/08_checkpoint.ipynb #6e290e7f

@@ -6,13 +6,15 @@ Docs: https://ddpsafe.github.io/ddpsafe/interval.html.md"""
 
 # %% ../nbs/06a_interval.ipynb #db018ff2
 from __future__ import annotations
-import os, json, math, time, uuid, socket, statistics
+import os, json, math, time, uuid, socket, warnings, statistics
 from pathlib import Path
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['LAUNCHES', 'NOT_FAILURES', 'PRIOR_MTBF', 'PRIOR_WEIGHT', 'FIRST_SAVE_SECONDS', 'MAX_SHARE', 'CHANGE_TO_SAY', 'waste',
            'record_launch', 'read_launches', 'launch_started', 'launch_ended', 'failure_history',
-           'mean_time_between_failures', 'save_interval', 'choose_interval', 'interval_moved', 'interval_note']
+           'mean_time_between_failures', 'save_interval', 'choose_interval', 'interval_moved', 'interval_note',
+           'SaveTimer']
 
 # %% ../nbs/06a_interval.ipynb #3b5207d2
 def waste(tau:float,    # Seconds between saves
@@ -153,3 +155,56 @@ def interval_note(ch:dict # What `choose_interval` returned
            'floor': f"100·c, so that saves block training at most {MAX_SHARE:.0%} of the time; √(2·c·(M+R)) = {_span(ch['young'])}, with {given}",
            'write': f"the background write's time, so that writes never queue; √(2·c·(M+R)) = {_span(ch['young'])}, with {given}"}[ch['rule']]
     return head + f"a save every {_span(ch['seconds'])} = " + why
+
+# %% ../nbs/06a_interval.ipynb #6a7e0002
+def _quietly(f, folder, *args, **kwargs):
+    "`f(folder, ...)`, or `None` with a warning when the folder cannot be written: the history never stops a run"
+    try: return f(folder, *args, **kwargs)
+    except OSError as e: warnings.warn(f"ddpsafe: the launch history in {folder} cannot be written ({e}); every_seconds='auto' goes on without it")
+
+class SaveTimer:
+    "When a timed save is due: every `every_seconds`, or, with `'auto'`, at the interval rank 0 chooses from the saves' costs and the folder's launches"
+    def __init__(self,
+                 every_seconds:float|str|None, # Seconds between timed saves; `'auto'`: chosen; `None`: no timed saves
+                 history:Path|None=None, # The local checkpoints folder that keeps the launch history (`'auto'`); `None`: none (object storage)
+                 main:bool=True,         # Is this rank 0, whose clock decides the timed saves?
+                 writer=None):           # The fit's background writer (`async_save`), whose `seconds` the interval never undercuts; `None`: saves are synchronous
+        if isinstance(every_seconds, str) and every_seconds != 'auto': raise ValueError(f"every_seconds={every_seconds!r}: a number of seconds, 'auto' or None")
+        self.every_seconds, self.writer, self.costs, self.said, self.why, self.launch = every_seconds, writer, [], None, None, None
+        self.auto, self.interval = every_seconds == 'auto' and main, None if every_seconds == 'auto' else every_seconds
+        if not self.auto: return
+        self.launch = None if history is None else _quietly(launch_started, history)
+        self.history = history if self.launch is not None else None
+        self.past = failure_history(read_launches(self.history) if self.history is not None else [])
+        self._choose()
+
+    def __repr__(self): return f'SaveTimer({self.every_seconds!r}: every {self.interval} s)'
+    def due(self, since:float) -> bool: # Seconds since the last save
+        "Is a timed save due?"
+        return self.interval is not None and since >= self.interval
+
+# %% ../nbs/06a_interval.ipynb #6a7e0003
+@patch
+def _choose(self:SaveTimer):
+    "The interval from this launch's save costs and the folder's history; said when it moved much"
+    c = statistics.median(self.costs) if self.costs else None
+    self.why = choose_interval(self.past, c, self.writer.seconds if self.writer is not None else 0.)
+    self.interval = self.why['seconds']
+    if interval_moved(self.said, self.interval):
+        self.said = self.interval
+        print(interval_note(self.why))
+
+@patch
+def saved(self:SaveTimer, seconds:float): # How long the save blocked training
+    "Count a save's cost; with `'auto'`, choose the interval again"
+    if not self.auto: return
+    self.costs = [*self.costs[-19:], seconds]   # the newest 20
+    self._choose()
+
+@patch
+def ended(self:SaveTimer, how:str): # 'finished', 'stopped', 'preempted' or 'error'
+    "Record how this launch ended, and the save costs it measured; once"
+    if self.launch is None: return
+    _quietly(launch_ended, self.history, self.launch, how, save_seconds=statistics.median(self.costs) if self.costs else None,
+             write_seconds=None if self.writer is None else self.writer.seconds)
+    self.launch = None

@@ -51,9 +51,9 @@ def test_auto_records_launches_and_a_kill_lowers_m(folder):
     notes = [l for l in said.splitlines() if "every_seconds='auto'" in l]
     print('\n[auto] first launch:\n  ' + '\n  '.join(notes))
     assert 'no save measured yet: the first timed save after 60 s' in notes[0], said
-    why = cb.interval_why                                # chosen again after each save (said again if it moved by half)
+    why = cb.timer.why                                # chosen again after each save (said again if it moved by half)
     assert why['measured'] == 'this launch' and why['rule'] != 'first', why
-    assert why['c'] > 0 and cb.interval >= why['c']/MAX_SHARE - 1e-9, why
+    assert why['c'] > 0 and cb.timer.interval >= why['c']/MAX_SHARE - 1e-9, why
     assert (why['failures'], why['launches']) == (0, 1) and why['m'] >= PRIOR_MTBF, why
     m1 = why['m']
 
@@ -62,12 +62,12 @@ def test_auto_records_launches_and_a_kill_lowers_m(folder):
     notes = [l for l in said.splitlines() if "every_seconds='auto'" in l]
     print('[auto] after a kill:\n  ' + '\n  '.join(notes))
     assert 'a save every' in notes[0] and 'measured in the last launch' in notes[0] and '1 failure in' in notes[0], said
-    why = cb.interval_why
+    why = cb.timer.why
     assert (why['failures'], why['launches']) == (1, 3), why
     assert why['m'] < m1 * 0.6, (why['m'], m1)          # about half: the prior counts as one failure, this is the second
-    assert cb.interval >= why['c']/MAX_SHARE - 1e-9
+    assert cb.timer.interval >= why['c']/MAX_SHARE - 1e-9
     assert [r.get('how') for r in read_launches(root) if r['ev'] == 'end'] == ['finished', 'finished']
-    print(f"[auto] c = {why['c']*1000:.2f} ms, M = {m1/3600:.2f} h then {why['m']/3600:.2f} h, interval = {cb.interval:.2f} s")
+    print(f"[auto] c = {why['c']*1000:.2f} ms, M = {m1/3600:.2f} h then {why['m']/3600:.2f} h, interval = {cb.timer.interval:.2f} s")
 
 @pytest.mark.timeout(120)
 def test_auto_saves_by_time_in_a_flaky_folder(folder):
@@ -77,11 +77,11 @@ def test_auto_saves_by_time_in_a_flaky_folder(folder):
     record_launch(root, dict(ev='end', launch='first', t=t0 + 1, how='preempted', save_seconds=0.01))
     for i in range(1, 600): record_launch(root, dict(ev='start', launch=f'k{i}', t=t0 + 2*i))   # killed every 2 s
     cb, said = auto_fit(folder, 100, Until, every_epoch=None)
-    why, timed = cb.interval_why, [t for r, t in cb.saves if r == 'time']
-    print(f"\n[auto] flaky folder: c = {why['c']*1000:.2f} ms, M = {why['m']:.1f} s, interval = {cb.interval:.2f} s ({why['rule']}); "
+    why, timed = cb.timer.why, [t for r, t in cb.saves if r == 'time']
+    print(f"\n[auto] flaky folder: c = {why['c']*1000:.2f} ms, M = {why['m']:.1f} s, interval = {cb.timer.interval:.2f} s ({why['rule']}); "
           f"{len(timed)} timed saves, {[round(b - a, 2) for a, b in zip(timed, timed[1:])]} s apart")
     assert why['failures'] == 600 and why['m'] < 60, why
     assert len(timed) >= 2, said
-    assert cb.interval >= why['c']/MAX_SHARE - 1e-9
-    costs = cb.save_costs
-    assert all(b - a >= 0.9*min(cb.interval, 100*min(costs)) for a, b in zip(timed, timed[1:])), (timed, costs)
+    assert cb.timer.interval >= why['c']/MAX_SHARE - 1e-9
+    costs = cb.timer.costs
+    assert all(b - a >= 0.9*min(cb.timer.interval, 100*min(costs)) for a, b in zip(timed, timed[1:])), (timed, costs)
