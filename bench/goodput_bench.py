@@ -9,9 +9,10 @@ against the same job left alone, and where the lost time goes.
     python bench/goodput_bench.py --imports-only                    # only the import-time measurement, into --out
 
 The job is `bench/goodput_train.py`: fastai + ddpsafe under the real `torchrun --nproc_per_node 2` (gloo on CPU,
-`OMP_NUM_THREADS=1`), an MLP on random data (steps of about 10 ms here), plain `fit` with more epochs than any run
-lasts, `CheckpointCallback(every_epoch=None, every_seconds=--save-every-seconds)`. Five scenarios, each `--seconds` of
-wall time, one after the other (or, with `--parallel`, all at the same time, for a machine with cores to spare: each
+`OMP_NUM_THREADS=1`, and `CUDA_VISIBLE_DEVICES` empty: CPU only, on a machine with a GPU too), an MLP on random data
+(steps of about 10 ms here), plain `fit` with more epochs than any run lasts,
+`CheckpointCallback(every_epoch=None, every_seconds=--save-every-seconds)`. Five scenarios, each `--seconds` of wall
+time, one after the other (or, with `--parallel`, all at the same time, for a machine with cores to spare: each
 scenario's job has its own work folder, torchrun port and memory-tier folder; 2 ranks of one torch thread each):
 
 - `baseline`: the job left alone, started once through `examples/requeue.sh`.
@@ -125,10 +126,10 @@ def free_port() -> int:
         s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
 
 def child_env() -> dict:
-    "The jobs' environment: `PYTHONPATH` made absolute (they run in their work folders), with the repository when ddpsafe is not importable otherwise"
+    "The jobs' environment: CPU only (no GPU: on a machine with one, the ranks would take NCCL and share it), `PYTHONPATH` made absolute (they run in their work folders), with the repository when ddpsafe is not importable otherwise"
     pp = [str(Path(x).resolve()) for x in os.environ.get('PYTHONPATH', '').split(os.pathsep) if x]
     if importlib.util.find_spec('ddpsafe') is None and str(ROOT) not in pp: pp.append(str(ROOT))
-    return {**os.environ, **({'PYTHONPATH': os.pathsep.join(pp)} if pp else {})}
+    return {**os.environ, 'CUDA_VISIBLE_DEVICES': '', **({'PYTHONPATH': os.pathsep.join(pp)} if pp else {})}
 
 def uptime() -> str: return subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()
 
