@@ -120,10 +120,14 @@ COLORS = {'useful steps': 'tab:green', 'steps done twice': 'tab:red', 'saves': '
           'start-up: interpreter': '#4f97d4', 'start-up: imports': '#7fb7e4', 'start-up: init': '#afd7f4', 'resume': 'tab:purple',
           'stop and exit': 'tab:brown', 'launcher shut-down': 'tab:pink', 'requeue': 'tab:olive', 'cut at the end': 'tab:gray'}
 
-def free_port() -> int:
-    "A TCP port free now on this machine: each job's torchrun rendezvous gets its own"
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
+def free_ports(n:int) -> list:
+    "`n` distinct TCP ports free now on this machine (held open together while chosen): each job's torchrun rendezvous gets its own"
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks: s.bind(('127.0.0.1', 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks: s.close()
 
 def child_env() -> dict:
     "The jobs' environment: CPU only (no GPU: on a machine with one, the ranks would take NCCL and share it), `PYTHONPATH` made absolute (they run in their work folders), with the repository when ddpsafe is not importable otherwise"
@@ -148,7 +152,7 @@ def alive(pid:int) -> bool:
 
 class Job:
     "One scenario's job: its folders, environment, launches and the signals sent to it"
-    def __init__(self, name:str, folder:Path, a):
+    def __init__(self, name:str, folder:Path, a, port:int|None=None):
         self.name, self.dir, self.a = name, folder, a
         self.job, self.logs, self.bin = folder/'job', folder/'logs', folder/'bin'
         for d in (self.job, self.logs, self.bin): d.mkdir(parents=True, exist_ok=True)
@@ -159,7 +163,7 @@ class Job:
         self.script('ddpsafe-status', STATUS.replace('{real}', real))
         self.env = {**child_env(), 'PATH': f'{self.bin}:{BIN}:{os.environ.get("PATH", "")}', 'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1',
                     'DDPSAFE_TIMEOUT': '60', 'GOODPUT_LOG': str(self.logs)}
-        self.ckpt, self.port = self.job/'checkpoints', free_port()
+        self.ckpt, self.port = self.job/'checkpoints', port or free_ports(1)[0]
         shm = Path('/dev/shm') if Path('/dev/shm').is_dir() else Path(tempfile.gettempdir())
         self.memory = shm/f'ddpsafe-goodput-{os.getpid()}-{name}' if name == 'memory' else None
         self.config = dict(every_seconds='auto' if name == 'auto' else a.save_every_seconds, port=self.port, torchrun=self.torchrun,
@@ -213,9 +217,9 @@ class Job:
         self.out.close()
         if self.memory: shutil.rmtree(self.memory, ignore_errors=True)
 
-def run_scenario(name:str, folder:Path, a) -> dict:
+def run_scenario(name:str, folder:Path, a, port:int|None=None) -> dict:
     "Run one scenario for `a.seconds`: its raw events, the signals sent, notes"
-    job = Job(name, folder, a)
+    job = Job(name, folder, a, port)
     every = a.kill_every if name in KILLED else dict(baseline=None, sigterm=a.term_every)[name]
     t0 = time.time(); end = t0 + a.seconds
     own_loop = name in KILLED
@@ -495,7 +499,8 @@ def main(argv=None):
     t = time.time()
     try:
         if a.parallel:
-            with ThreadPoolExecutor(len(names)) as ex: runs = {name: ex.submit(run_scenario, name, work/name, a) for name in names}
+            ports = free_ports(len(names))
+            with ThreadPoolExecutor(len(names)) as ex: runs = {name: ex.submit(run_scenario, name, work/name, a, port) for name, port in zip(names, ports)}
             res['raw'] = {name: f.result() for name, f in runs.items()}
         else:
             for name in names:

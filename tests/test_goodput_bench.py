@@ -69,7 +69,8 @@ def test_shims_without_console_scripts(tmp_path, monkeypatch):
     try:
         assert job.torchrun == str(job.bin/'torchrun') and sys.executable in (job.bin/'torchrun').read_text()
         assert job.memory.name.endswith('-memory') and str(job.memory) in job.launch_cmd()
-        assert '--master_port' in job.launch_cmd() and job.config['every_seconds'] == 10.
+        assert job.launch_cmd()[job.launch_cmd().index('--master_port') + 1] == str(job.port) and job.config['every_seconds'] == 10.
+        assert len(set(G.free_ports(5))) == 5                        # --parallel: a port of its own for each scenario
         assert job.status() == 2                                      # no checkpoint yet: through the shim, stamped
         assert [e['ev'] for e in G.read_jsonl(job.logs/'status.jsonl')] == ['status_start', 'status_end']
     finally: job.stop(timeout=1)
