@@ -135,7 +135,10 @@ def child_env() -> dict:
     if importlib.util.find_spec('ddpsafe') is None and str(ROOT) not in pp: pp.append(str(ROOT))
     return {**os.environ, 'CUDA_VISIBLE_DEVICES': '', **({'PYTHONPATH': os.pathsep.join(pp)} if pp else {})}
 
-def uptime() -> str: return subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()
+def uptime() -> str:
+    "`uptime`'s line; where there is no `uptime` (a bare container), the load averages from /proc/loadavg"
+    try: return subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()
+    except OSError: return 'load average: ' + ', '.join(Path('/proc/loadavg').read_text().split()[:3])
 
 def read_jsonl(p:Path) -> list:
     "The complete JSON lines of `p` (a line cut by a SIGKILL is left out)"
