@@ -96,7 +96,7 @@ def goodput_of(r:dict) -> dict:
     "The figures of one goodput run (bench/goodput_bench.py's JSON): the baseline, each scenario's ratio to it, and, where the run had them, the interval `auto` chose and the memory tier's save"
     sc = r['scenarios']
     base = sc['baseline']['goodput_steps_per_s']
-    res = {'minutes': f"{r['seconds']/60:g}", 'baseline': f'{base:.1f} steps/s', 'parallel': 'at the same time' if r.get('parallel') else 'one after the other',
+    res = {'minutes': f"{r['seconds']/60:.3g}", 'baseline': f'{base:.1f} steps/s', 'parallel': 'at the same time' if r.get('parallel') else 'one after the other',
            **{f'{k}_ratio': f"{v['goodput_steps_per_s']/base:.2f}" for k, v in sc.items() if k != 'baseline'}}
     if (a := sc.get('auto')) and a.get('interval_s'):
         ivs = [x for x in a['intervals_per_launch'] if x]
