@@ -1,16 +1,19 @@
 """Goodput under preemption: useful optimizer steps per second of a training job that is preempted again and again,
 against the same job left alone, and where the lost time goes.
 
-    python bench/goodput_bench.py                                   # 10 minutes per scenario: about 31 minutes in all
+    python bench/goodput_bench.py                                   # 5 scenarios of 10 minutes, one after the other: about 52 minutes
     python bench/goodput_bench.py --seconds 90 --term-every 30 --kill-every 45 --save-every-seconds 15   # a smoke run, ~5 min
     python bench/goodput_bench.py --scenarios sigterm --seconds 300
+    python bench/goodput_bench.py --parallel --seconds 360 --scenarios baseline,sigterm,sigkill,auto,memory   # all at once: ~7 min, 16 cores
     python bench/goodput_bench.py --replot                          # the table and figure again, from --out
     python bench/goodput_bench.py --imports-only                    # only the import-time measurement, into --out
 
 The job is `bench/goodput_train.py`: fastai + ddpsafe under the real `torchrun --nproc_per_node 2` (gloo on CPU,
-`OMP_NUM_THREADS=1`), an MLP on random data (steps of about 10 ms here), plain `fit` with more epochs than any run
-lasts, `CheckpointCallback(every_epoch=None, every_seconds=--save-every-seconds)`. Three scenarios, each `--seconds` of
-wall time, one after the other:
+`OMP_NUM_THREADS=1`, and `CUDA_VISIBLE_DEVICES` empty: CPU only, on a machine with a GPU too), an MLP on random data
+(steps of about 10 ms here), plain `fit` with more epochs than any run lasts,
+`CheckpointCallback(every_epoch=None, every_seconds=--save-every-seconds)`. Five scenarios, each `--seconds` of wall
+time, one after the other (or, with `--parallel`, all at the same time, for a machine with cores to spare: each
+scenario's job has its own work folder, torchrun port and memory-tier folder; 2 ranks of one torch thread each):
 
 - `baseline`: the job left alone, started once through `examples/requeue.sh`.
 - `sigterm`: the job through `examples/requeue.sh CKPT torchrun ...`; every `--term-every` seconds (on a fixed grid from
@@ -22,6 +25,13 @@ wall time, one after the other:
   here the benchmark's own loop stands in for the scheduler: it runs the same launch, asks the same `ddpsafe-status`, and
   starts the job again on any status but 0 (finished) and 3 (stopped), as a cluster does that retries a job whose node
   died (SLURM's `--requeue` after a node failure, a Kubernetes Job's `backoffLimit`).
+- `auto`: as `sigkill`, with `every_seconds='auto'`: ddpsafe chooses the interval (Daly's, from the measured cost of a
+  save and the failures in the checkpoints folder's launch history), and rank 0 says which and why; the job logs each
+  choice (`interval` events), and the results give, per launch, the intervals chosen and the last one.
+- `memory`: as `sigkill`, with the disk's `every_seconds=--save-every-seconds` and the memory tier besides,
+  `memory_every_steps=--memory-every-steps`, in a folder of its own in /dev/shm (removed at the end): after a SIGKILL
+  the job, started again on the same node, resumes from the newest tier, usually the memory tier's. Its saves are the
+  share `saves: memory`, apart from the disk's `saves`; the results say which tier each launch resumed from.
 
 If `requeue.sh` itself ends before the time is up (a signal that landed before the ranks installed their handlers
 leaves no new checkpoint, and the status can be 2), the benchmark starts it again and records that.
@@ -40,7 +50,8 @@ The window is cut into consecutive intervals of rank 0's timeline, each charged 
 |---|---|
 | useful steps | the step that counts: the last time each step number <= useful steps was done |
 | steps done twice | any other step: done again later after a resume, or lost (after the last checkpoint before a SIGKILL); a step cut short by a SIGKILL |
-| saves | `CheckpointCallback.save` (periodic, signal, end of fit) |
+| saves | `CheckpointCallback.save` to the disk (periodic, signal, end of fit) |
+| saves: memory | `CheckpointCallback.save` to the memory tier (`memory` only) |
 | start-up: launcher | the rank process's start (torchrun's own start-up, rendezvous, spawn) |
 | start-up: interpreter | the script's first line |
 | start-up: imports | import torch / fastai / ddpsafe, each |
@@ -55,11 +66,18 @@ are in order) and that the useful steps counted one by one equal the lineage's s
 measured apart, in fresh processes (`--import-reps`): wall time of each group of the script's imports, and `python -X
 importtime` of `ddpsafe.all` after torch and fastai, split into ddpsafe's own modules and the packages it pulls in.
 
+It runs where ddpsafe is only importable (`PYTHONPATH=` the repository; a relative entry is made absolute for the
+jobs, which run in their work folders, and the repository is added when ddpsafe is not importable at all) and where the
+console scripts are not on `PATH`: every child runs under `sys.executable`, and when its folder lacks `torchrun` or
+`ddpsafe-status`, shims in the work folder's `bin` (first on the jobs' `PATH`, which `examples/requeue.sh` uses) run
+`sys.executable -m torch.distributed.run` and `ddpsafe.cli.ddpsafe_status`.
+
 Results: `bench/results/goodput.json` (the accounting, per scenario and per launch), `bench/results/goodput.png` (the
 shares per scenario) and `bench/results/goodput_raw.json.gz` (rank 0's events, the launches, stamps and signals, which
 `--replot` reads); `--out` moves all three."""
 from __future__ import annotations
-import os, sys, gzip, json, time, shutil, signal, argparse, platform, datetime, statistics, subprocess, tempfile
+import os, sys, gzip, json, time, shutil, signal, socket, argparse, platform, datetime, statistics, subprocess, tempfile, importlib.util
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -75,12 +93,20 @@ exec "$@"'''
 # `ddpsafe-status`, stamped: what requeue.sh and the benchmark's own loop call
 STATUS = '''#!/usr/bin/env bash
 echo "{\\"ev\\": \\"status_start\\", \\"t\\": $EPOCHREALTIME}" >> "$GOODPUT_LOG/status.jsonl"
-"{real}" "$@"; code=$?
+{real} "$@"; code=$?
 echo "{\\"ev\\": \\"status_end\\", \\"t\\": $EPOCHREALTIME, \\"code\\": $code}" >> "$GOODPUT_LOG/status.jsonl"
 exit $code
 '''
 
-SHARES = ['useful steps', 'steps done twice', 'saves', 'start-up: launcher', 'start-up: interpreter', 'start-up: imports',
+# the console scripts, where sys.executable's folder lacks them: the same interpreter runs them
+TORCHRUN = '#!/usr/bin/env bash\nexec "{python}" -m torch.distributed.run "$@"\n'
+STATUS_PY = 'import sys\nfrom ddpsafe.cli import ddpsafe_status\nsys.exit(ddpsafe_status())\n'   # as pyproject.toml's [project.scripts]
+
+SCENARIOS = ('baseline', 'sigterm', 'sigkill', 'auto', 'memory')
+KILLED = ('sigkill', 'auto', 'memory')       # a SIGKILL of a rank every --kill-every s; the benchmark's own loop starts the job again
+INFO = ('interval',)                         # events that tell, not a boundary of the accounting
+
+SHARES = ['useful steps', 'steps done twice', 'saves', 'saves: memory', 'start-up: launcher', 'start-up: interpreter', 'start-up: imports',
           'start-up: init', 'resume', 'stop and exit', 'launcher shut-down', 'requeue', 'cut at the end']
 DETAIL = {'proc': 'start-up: launcher', 'py_start': 'start-up: interpreter', 'import_torch': 'import torch', 'import_fastai': 'import fastai',
           'import_ddpsafe': 'import ddpsafe', 'learner': 'data and model', 'fit_start': 'process group and DDP', 'resume_start': 'fit set-up',
@@ -90,11 +116,29 @@ TOP = {'import torch': 'start-up: imports', 'import fastai': 'start-up: imports'
        'data and model': 'start-up: init', 'process group and DDP': 'start-up: init', 'fit set-up': 'resume',
        'resume: find, verify, load': 'resume', 'resume: first step above the median': 'resume',
        'requeue: ddpsafe-status': 'requeue', 'requeue: loop and launch': 'requeue'}
-COLORS = {'useful steps': 'tab:green', 'steps done twice': 'tab:red', 'saves': 'tab:orange', 'start-up: launcher': '#1f77b4',
+COLORS = {'useful steps': 'tab:green', 'steps done twice': 'tab:red', 'saves': 'tab:orange', 'saves: memory': '#ffbb78', 'start-up: launcher': '#1f77b4',
           'start-up: interpreter': '#4f97d4', 'start-up: imports': '#7fb7e4', 'start-up: init': '#afd7f4', 'resume': 'tab:purple',
           'stop and exit': 'tab:brown', 'launcher shut-down': 'tab:pink', 'requeue': 'tab:olive', 'cut at the end': 'tab:gray'}
 
-def uptime() -> str: return subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()
+def free_ports(n:int) -> list:
+    "`n` distinct TCP ports free now on this machine (held open together while chosen): each job's torchrun rendezvous gets its own"
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks: s.bind(('127.0.0.1', 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks: s.close()
+
+def child_env() -> dict:
+    "The jobs' environment: CPU only (no GPU: on a machine with one, the ranks would take NCCL and share it), `PYTHONPATH` made absolute (they run in their work folders), with the repository when ddpsafe is not importable otherwise"
+    pp = [str(Path(x).resolve()) for x in os.environ.get('PYTHONPATH', '').split(os.pathsep) if x]
+    if importlib.util.find_spec('ddpsafe') is None and str(ROOT) not in pp: pp.append(str(ROOT))
+    return {**os.environ, 'CUDA_VISIBLE_DEVICES': '', **({'PYTHONPATH': os.pathsep.join(pp)} if pp else {})}
+
+def uptime() -> str:
+    "`uptime`'s line; where there is no `uptime` (a bare container), the load averages from /proc/loadavg"
+    try: return subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()
+    except OSError: return 'load average: ' + ', '.join(Path('/proc/loadavg').read_text().split()[:3])
 
 def read_jsonl(p:Path) -> list:
     "The complete JSON lines of `p` (a line cut by a SIGKILL is left out)"
@@ -111,21 +155,34 @@ def alive(pid:int) -> bool:
 
 class Job:
     "One scenario's job: its folders, environment, launches and the signals sent to it"
-    def __init__(self, folder:Path, a):
-        self.dir, self.a = folder, a
+    def __init__(self, name:str, folder:Path, a, port:int|None=None):
+        self.name, self.dir, self.a = name, folder, a
         self.job, self.logs, self.bin = folder/'job', folder/'logs', folder/'bin'
         for d in (self.job, self.logs, self.bin): d.mkdir(parents=True, exist_ok=True)
-        real = shutil.which('ddpsafe-status', path=str(BIN)) or shutil.which('ddpsafe-status')
-        (self.bin/'ddpsafe-status').write_text(STATUS.replace('{real}', real)); (self.bin/'ddpsafe-status').chmod(0o755)
-        self.env = {**os.environ, 'PATH': f'{self.bin}:{BIN}:{os.environ.get("PATH", "")}', 'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1',
+        self.torchrun = shutil.which('torchrun', path=str(BIN))
+        if self.torchrun is None: self.torchrun = str(self.script('torchrun', TORCHRUN.replace('{python}', sys.executable)))
+        real = shutil.which('ddpsafe-status', path=str(BIN))
+        real = f'"{real}"' if real else f'"{sys.executable}" "{self.script("ddpsafe_status.py", STATUS_PY)}"'
+        self.script('ddpsafe-status', STATUS.replace('{real}', real))
+        self.env = {**child_env(), 'PATH': f'{self.bin}:{BIN}:{os.environ.get("PATH", "")}', 'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1',
                     'DDPSAFE_TIMEOUT': '60', 'GOODPUT_LOG': str(self.logs)}
-        self.ckpt = self.job/'checkpoints'
+        self.ckpt, self.port = self.job/'checkpoints', port or free_ports(1)[0]
+        shm = Path('/dev/shm') if Path('/dev/shm').is_dir() else Path(tempfile.gettempdir())
+        self.memory = shm/f'ddpsafe-goodput-{os.getpid()}-{name}' if name == 'memory' else None
+        self.config = dict(every_seconds='auto' if name == 'auto' else a.save_every_seconds, port=self.port, torchrun=self.torchrun,
+                           status=real, **(dict(memory_every_steps=a.memory_every_steps, memory_path=str(self.memory)) if self.memory else {}))
         self.out = open(folder/'output.log', 'a')
         self.sent, self.notes, self.procs = [], [], []
 
+    def script(self, name:str, text:str) -> Path:
+        "An executable file in the job's `bin`"
+        (f := self.bin/name).write_text(text); f.chmod(0o755)
+        return f
     def launch_cmd(self) -> list:
-        return ['bash', '-c', WRAP, 'launch', str(BIN/'torchrun'), '--nproc_per_node', '2', str(TRAIN), str(self.job),
-                '--save-every-seconds', str(self.a.save_every_seconds), '--hidden', str(self.a.hidden)] + ['--fast-exit']*self.a.fast_exit
+        c = self.config
+        mem = ['--memory-every-steps', str(c['memory_every_steps']), '--memory-path', c['memory_path']] if self.memory else []
+        return ['bash', '-c', WRAP, 'launch', self.torchrun, '--nproc_per_node', '2', '--master_port', str(self.port), str(TRAIN), str(self.job),
+                '--every-seconds', str(c['every_seconds']), *mem, '--hidden', str(self.a.hidden)] + ['--fast-exit']*self.a.fast_exit
     def start(self, cmd:list) -> subprocess.Popen:
         p = subprocess.Popen(cmd, stdout=self.out, stderr=subprocess.STDOUT, start_new_session=True, env=self.env, cwd=self.job)
         self.procs.append(p)
@@ -161,13 +218,14 @@ class Job:
             except (ProcessLookupError, PermissionError): pass
         for p in self.procs: p.wait()
         self.out.close()
+        if self.memory: shutil.rmtree(self.memory, ignore_errors=True)
 
-def run_scenario(name:str, folder:Path, a) -> dict:
+def run_scenario(name:str, folder:Path, a, port:int|None=None) -> dict:
     "Run one scenario for `a.seconds`: its raw events, the signals sent, notes"
-    job = Job(folder, a)
-    every = dict(baseline=None, sigterm=a.term_every, sigkill=a.kill_every)[name]
+    job = Job(name, folder, a, port)
+    every = a.kill_every if name in KILLED else dict(baseline=None, sigterm=a.term_every)[name]
     t0 = time.time(); end = t0 + a.seconds
-    own_loop = name == 'sigkill'
+    own_loop = name in KILLED
     start = lambda: job.start(job.launch_cmd() if own_loop else ['bash', str(REQUEUE), str(job.ckpt), *job.launch_cmd()])
     proc, nxt, kills = start(), (t0 + every if every else None), 0
     print(f'{name}: {a.seconds:.0f} s' + (f', {"SIGTERM to torchrun" if name == "sigterm" else "SIGKILL to a rank"} every {every:g} s' if every else ''), flush=True)
@@ -182,12 +240,12 @@ def run_scenario(name:str, folder:Path, a) -> dict:
             if name == 'sigterm' and (pid := job.launcher_pid()):
                 os.kill(pid, signal.SIGTERM); job.sent.append(dict(t=time.time(), sig='SIGTERM', pid=pid, launch=len(job.launches()) - 1))
                 nxt += every
-            elif name == 'sigkill' and (pid := job.rank_pid(r := 1 - kills % 2)):
+            elif own_loop and (pid := job.rank_pid(r := 1 - kills % 2)):
                 os.kill(pid, signal.SIGKILL); job.sent.append(dict(t=time.time(), sig='SIGKILL', rank=r, pid=pid, launch=len(job.launches()) - 1))
                 nxt += every; kills += 1
         time.sleep(0.02)
     job.stop()
-    raw = dict(t0=t0, end=end, launches=job.launches(), status=read_jsonl(job.logs/'status.jsonl'), sent=job.sent, notes=job.notes,
+    raw = dict(t0=t0, end=end, config=job.config, launches=job.launches(), status=read_jsonl(job.logs/'status.jsonl'), sent=job.sent, notes=job.notes,
                ranks={str(l['launch']): {'0': job.rank_events(l['launch'], 0)} for l in job.launches()})   # rank 1's: in the work folder
     return raw
 
@@ -203,7 +261,8 @@ def timeline(raw:dict, r:int=0) -> list:
 def account(raw:dict, r:int=0) -> dict:
     "Useful steps, and the window cut into intervals charged to the shares (see the module docstring)"
     t0, end = raw['t0'], raw['end']
-    evs = [e for e in timeline(raw, r) if e['t'] <= end]
+    every = [e for e in timeline(raw, r) if e['t'] <= end]
+    evs = [e for e in every if e['ev'] not in INFO]
     steps = [e for e in evs if e['ev'] == 'step']
     last_launch = max((e['launch'] for e in steps), default=None)
     newest = max((l['launch'] for l in raw['launches'] if l['t'] <= end), default=None)
@@ -229,20 +288,35 @@ def account(raw:dict, r:int=0) -> dict:
             si += 1; continue
         if pending: add('steps done twice', sum(pending)); pending = []   # a step cut short
         if e['ev'] == 'exit' or e['ev'] == 'fit_end': add('stop and exit', d)
-        elif e['ev'] == 'save_end': add('saves', d)
+        elif e['ev'] == 'save_end': add('saves: memory' if e.get('reason') == 'memory' else 'saves', d)
         else: add(DETAIL.get(e['ev'], e['ev']), d)
     add('cut at the end', end - prev + sum(pending))
     med = statistics.median(step_time) if step_time else 0.
     for share, tot in first.values():                   # the first step of each launch: above a median step, it is the resume's
         extra = max(tot - med, 0.); add(share, -extra); add('resume: first step above the median', extra)
+    blocked, began, saved_to = {'disk': [], 'memory': []}, None, {}   # each save's blocking time; which tier holds each step
+    for e in evs:
+        if e['ev'] == 'save_start': began = e['t']
+        elif e['ev'] == 'save_end' and e['saved']:
+            tier = 'memory' if e.get('reason') == 'memory' else 'disk'
+            if began is not None: blocked[tier].append(e['t'] - began)
+            saved_to.setdefault(e['step'], set()).add(tier)
+        if e['ev'] != 'save_start': began = None
     per_launch = []
     for l in raw['launches']:
         if l['t'] > end: continue
         le = [e for e in evs if e.get('launch') == l['launch'] and e['ev'] != 'launch']
+        chosen = [dict(at_s=round(e['t'] - t0, 3), seconds=round(e['seconds'], 3), rule=e['rule'])
+                  for e in every if e['ev'] == 'interval' and e.get('launch') == l['launch']]
+        resumed = next((e['step'] for e in le if e['ev'] == 'resume_end'), None)
         ls = [e['g'] for e in le if e['ev'] == 'step']
         at = lambda name: next((round(e['t'] - t0, 3) for e in le if e['ev'] == name), None)
         per_launch.append(dict(launch=l['launch'], at_s=round(l['t'] - t0, 3), rank_start_s=at('proc'), fit_ready_s=at('fit_ready'),
-                               resumed_from=next((e['step'] for e in le if e['ev'] == 'resume_end'), None),
+                               resumed_from=resumed, resumed_from_tier=None if not resumed else   # a tie: the disk's (as `_resume`)
+                                   'disk' if 'disk' in saved_to.get(resumed, ()) else 'memory' if resumed in saved_to else '?',
+                               **(dict(interval_s=chosen[-1]['seconds'] if chosen else None, intervals=chosen,
+                                       interval_note=next((e['note'] for e in reversed(every) if e['ev'] == 'interval' and e.get('launch') == l['launch']), None))
+                                  if raw.get('config', {}).get('every_seconds') == 'auto' else {}),
                                steps=len(ls), first_step=min(ls, default=None), last_step=max(ls, default=None), exit_s=at('exit'),
                                signals=[dict(at_s=round(x['t'] - t0, 3), sig=x['sig'], **({'rank': x['rank']} if 'rank' in x else {}))
                                         for x in raw['sent'] if x['launch'] == l['launch'] and x['t'] <= end]))
@@ -255,7 +329,11 @@ def account(raw:dict, r:int=0) -> dict:
                 signals=len(sent), shares_s=shares, shares_pct={k: 100*v/wall for k, v in shares.items()},
                 detail_s=dict(sorted(detail.items(), key=lambda kv: -kv[1])), sum_s=sum(shares.values()),
                 out_of_order=negative, notes=raw['notes'], per_launch=per_launch,
-                saves=sum(1 for e in evs if e['ev'] == 'save_end' and e['saved']),
+                saves=len(blocked['disk']), memory_saves=len(blocked['memory']), config=raw.get('config', {}),
+                save_blocking_ms={k: dict(n=len(v), median=1e3*statistics.median(v), max=1e3*max(v)) for k, v in blocked.items() if v},
+                resumed_from_memory=sum(x['resumed_from_tier'] == 'memory' for x in per_launch),
+                **(dict(interval_s=next((x['interval_s'] for x in reversed(per_launch) if x.get('interval_s') is not None), None),
+                        intervals_per_launch=[x['interval_s'] for x in per_launch]) if raw.get('config', {}).get('every_seconds') == 'auto' else {}),
                 status_codes=[s['code'] for s in raw['status'] if s['ev'] == 'status_end' and s['t'] <= end])
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -268,7 +346,7 @@ IMPORTS = dict(torch='import torch',
 
 def import_costs(reps:int) -> dict:
     "Wall time of the interpreter and of each group of imports (median of `reps` fresh processes), and -X importtime of ddpsafe's"
-    env = {**os.environ, 'OMP_NUM_THREADS': '1'}
+    env = {**child_env(), 'OMP_NUM_THREADS': '1'}
     code = 'import time, json; t = [time.perf_counter()]\n' + ''.join(f'{c}\nt.append(time.perf_counter())\n' for c in IMPORTS.values()) + \
            'print(json.dumps([b - a for a, b in zip(t, t[1:])]))'
     walls, bare = [], []
@@ -317,8 +395,16 @@ def table(res:dict) -> str:
     if base: row('goodput / baseline', lambda v: f"{v['goodput_steps_per_s']/base:.3f}")
     row('median step, ms', lambda v: f"{v['median_step_ms']:.1f}")
     row('launches / signals / saves', lambda v: f"{v['launches']}/{v['signals']}/{v['saves']}")
+    blocks = lambda v, k: f"{v['save_blocking_ms'][k]['median']:.1f}" if k in v.get('save_blocking_ms', {}) else '-'
+    row('save blocks, ms (median)', lambda v: blocks(v, 'disk'))
+    if any(v.get('memory_saves') for v in sc.values()):
+        row('memory saves', lambda v: f"{v.get('memory_saves', 0)}")
+        row('memory save blocks, ms', lambda v: blocks(v, 'memory'))
+        row('resumed from memory', lambda v: f"{v.get('resumed_from_memory', 0)} of {max(v['launches'] - 1, 0)}")
+    if any('interval_s' in v for v in sc.values()):
+        row('interval chosen, s (last)', lambda v: '-' if v.get('interval_s') is None else f"{v['interval_s']:.1f}")
     lines.append('share of the wall time, % (seconds)')
-    for s in SHARES: row(f'  {s}', lambda v: f"{v['shares_pct'][s]:.1f} ({v['shares_s'][s]:.1f})")
+    for s in SHARES: row(f'  {s}', lambda v: f"{v['shares_pct'].get(s, 0.):.1f} ({v['shares_s'].get(s, 0.):.1f})")
     row('  sum, % of wall', lambda v: f"{100*v['sum_s']/v['wall_s']:.1f}")
     row('steps counted = lineage', lambda v: 'yes' if v['useful_steps_counted'] == v['useful_steps'] else f"{v['useful_steps_counted']} != {v['useful_steps']}")
     row('events out of order', lambda v: f"{len(v['out_of_order'])}")
@@ -334,19 +420,24 @@ def plot(res:dict, path:Path):
     for i, (k, v) in enumerate(sc.items()):
         left = 0.
         for s in SHARES:
-            w = v['shares_pct'][s]
+            w = v['shares_pct'].get(s, 0.)
             if w <= 0: continue
             ax.barh(i, w, left=left, color=COLORS[s], label=s if i == 0 or s not in ax.get_legend_handles_labels()[1] else None, edgecolor='white', lw=.5)
             if w >= 4: ax.text(left + w/2, i, f'{w:.0f}', ha='center', va='center', fontsize=8)
             left += w
-    labels = [f"{k}\n{v['goodput_steps_per_s']:.1f} steps/s" + (f"\n{v['goodput_steps_per_s']/base:.2f}x baseline" if base else '') for k, v in sc.items()]
+    labels = [f"{k}\n{v['goodput_steps_per_s']:.1f} steps/s" + (f"\n{v['goodput_steps_per_s']/base:.2f}x baseline" if base else '')
+              + (f"\nsaves every {v['interval_s']:.0f} s" if v.get('interval_s') else '') for k, v in sc.items()]
     ax.set_yticks(range(len(sc)), labels, fontsize=9); ax.invert_yaxis()
     ax.set_xlim(0, 100); ax.set_xlabel('% of the wall time', fontsize=9)
-    ax.set_title(f"Where the time of a {res['seconds']:.0f} s job goes under preemption", fontsize=11)
+    ax.set_title(f"Where the time of a {res['seconds']:.0f} s job goes under preemption" + (' (scenarios run at once)' if res.get('parallel') else ''), fontsize=11)
     ax.legend(ncol=3, fontsize=7, loc='upper center', bbox_to_anchor=(0.5, -0.25 - 0.05*(3 - len(sc))), frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110, bbox_inches='tight')
     plt.close(fig)
+
+def cpu_model() -> str|None:
+    try: return next(l.split(':', 1)[1].strip() for l in open('/proc/cpuinfo') if l.startswith('model name'))
+    except (OSError, StopIteration): return None
 
 def raw_path(out:Path) -> Path: return out.with_name(out.stem + '_raw.json.gz')
 
@@ -374,8 +465,10 @@ def main(argv=None):
     p.add_argument('--seconds', type=float, default=600., help='wall time of each scenario (default 600)')
     p.add_argument('--term-every', type=float, default=60., help='sigterm: seconds between two SIGTERMs to torchrun (default 60)')
     p.add_argument('--kill-every', type=float, default=120., help='sigkill: seconds between two SIGKILLs of a rank (default 120)')
-    p.add_argument('--scenarios', default='baseline,sigterm,sigkill', help='comma separated, from baseline, sigterm, sigkill')
-    p.add_argument('--save-every-seconds', type=float, default=30., help="the job's CheckpointCallback(every_seconds=...) (default 30)")
+    p.add_argument('--scenarios', default=','.join(SCENARIOS), help=f"comma separated, from {', '.join(SCENARIOS)} (default: all)")
+    p.add_argument('--save-every-seconds', type=float, default=30., help="the job's CheckpointCallback(every_seconds=...), in every scenario but auto (default 30)")
+    p.add_argument('--memory-every-steps', type=int, default=100, help="memory: the job's CheckpointCallback(memory_every_steps=...) (default 100: about 1-2 s of steps)")
+    p.add_argument('--parallel', action='store_true', help='run the scenarios all at the same time (a machine with 2 cores per scenario and more to spare)')
     p.add_argument('--hidden', type=int, default=512, help="the MLP's hidden width (default 512)")
     p.add_argument('--fast-exit', action='store_true', help="the ranks skip the interpreter's teardown (os._exit after atexit): what that saves")
     p.add_argument('--import-reps', type=int, default=3, help='fresh processes timing the imports (0: skip)')
@@ -396,20 +489,26 @@ def main(argv=None):
         res['imports'] = import_costs(a.import_reps or 3)
         return report(res, out)
     names = a.scenarios.split(',')
-    if unknown := set(names) - {'baseline', 'sigterm', 'sigkill'}: p.error(f'unknown scenarios {sorted(unknown)}')
+    if unknown := set(names) - set(SCENARIOS): p.error(f'unknown scenarios {sorted(unknown)}')
     work = Path(a.workdir or tempfile.mkdtemp(prefix='ddpsafe-goodput-'))
     import torch
     res = dict(benchmark='goodput', date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
                command=' '.join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
-               machine=dict(cores=os.cpu_count(), platform=platform.platform(), python=platform.python_version(), torch=torch.__version__,
-                            uptime_before=uptime()),
-               seconds=a.seconds, term_every=a.term_every, kill_every=a.kill_every, save_every_seconds=a.save_every_seconds,
+               machine=dict(cores=os.cpu_count(), node=platform.node(), cpu=cpu_model(), gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+                            platform=platform.platform(), python=platform.python_version(), torch=torch.__version__, uptime_before=uptime()),
+               parallel=a.parallel, seconds=a.seconds, term_every=a.term_every, kill_every=a.kill_every, save_every_seconds=a.save_every_seconds,
+               memory_every_steps=a.memory_every_steps,
                hidden=a.hidden, fast_exit=a.fast_exit, ranks=2, backend='gloo', torch_threads_per_rank=1, raw={})
     t = time.time()
     try:
-        for name in names:
-            res['raw'][name] = run_scenario(name, work/name, a)
-            res['machine'][f'uptime_after_{name}'] = uptime()
+        if a.parallel:
+            ports = free_ports(len(names))
+            with ThreadPoolExecutor(len(names)) as ex: runs = {name: ex.submit(run_scenario, name, work/name, a, port) for name, port in zip(names, ports)}
+            res['raw'] = {name: f.result() for name, f in runs.items()}
+        else:
+            for name in names:
+                res['raw'][name] = run_scenario(name, work/name, a)
+                res['machine'][f'uptime_after_{name}'] = uptime()
         res['scenarios'] = {k: account(v) for k, v in res['raw'].items()}
         if a.import_reps: res['imports'] = import_costs(a.import_reps)
         res['machine']['uptime_after'] = uptime()

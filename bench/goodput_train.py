@@ -1,12 +1,16 @@
 """One rank of the training job that `bench/goodput_bench.py` preempts: fastai + ddpsafe under `torchrun`, logging when each
 part of its life happened.
 
-    GOODPUT_LOG=DIR GOODPUT_LAUNCH=N torchrun --nproc_per_node 2 bench/goodput_train.py PATH [--save-every-seconds 30] [--hidden 512] [--fast-exit]
+    GOODPUT_LOG=DIR GOODPUT_LAUNCH=N torchrun --nproc_per_node 2 bench/goodput_train.py PATH [--every-seconds 30|auto]
+        [--memory-every-steps N [--memory-path DIR]] [--hidden 512] [--fast-exit]
 
 An MLP (256 -> hidden -> hidden -> 1) on random data, fastai `DataLoaders` (no worker processes), 64 items per rank and
 batch, 400 batches per epoch and more epochs than any run lasts, trained with plain `fit` inside `learn.distrib_ctx()`
 (gloo on CPU; run it with `OMP_NUM_THREADS=1`) and a `CheckpointCallback(every_epoch=None, every_seconds=S)` saving to
-`PATH/checkpoints`: periodic saves bound the work a `SIGKILL` loses, a `SIGTERM` saves and exits 75.
+`PATH/checkpoints`: periodic saves bound the work a `SIGKILL` loses, a `SIGTERM` saves and exits 75. `--every-seconds
+auto` lets ddpsafe choose the interval (Daly's, from the measured save cost and the folder's launch history);
+`--memory-every-steps N` adds the memory tier (`memory_every_steps=N`, in `--memory-path`, by default one of the run's
+own in /dev/shm), which a restart on the same node resumes from when it is the newest.
 
 Every rank appends one JSON line per event to `DIR/launch{N}.rank{r}.jsonl` (line-buffered: a `SIGKILL` loses at most
 the line being written), each with `t` = `time.time()`:
@@ -18,7 +22,10 @@ the line being written), each with `t` = `time.time()`:
     fit_start        `CheckpointCallback.before_fit` begins (the process group is up, the model wrapped in DDP)
     resume_start, resume_end    around `CheckpointCallback._resume` (finding, verifying and loading a checkpoint), `step` = where it resumed
     fit_ready        `before_fit` done: the loop starts (a resume first draws and drops the batches already done)
-    save_start, save_end        around every `CheckpointCallback.save`, `step`, `reason`, `saved`
+    save_start, save_end        around every `CheckpointCallback.save`, `step`, `reason` ('memory' for the memory tier's), `saved`
+    interval         rank 0, with `--every-seconds auto`: each interval chosen, `seconds`, `rule`, `c`, `m`, `r`, and `note`,
+                     the line rank 0 prints (it prints it only when the interval moved by more than 1.5x); not a boundary
+                     of the accounting
     step             after every optimizer step (after a save at that step), `g` = the global step
     fit_end, exit    `fit` returned or raised; the interpreter's exit (atexit: not after a SIGKILL), before its teardown
 
@@ -48,10 +55,15 @@ ev('proc', proc_start(), pid=os.getpid())
 ev('py_start', T_PY)
 atexit.register(lambda: ev('exit'))
 
+def seconds_or_auto(s:str): return s if s == 'auto' else float(s)
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('path')
-    p.add_argument('--save-every-seconds', type=float, default=30., help="CheckpointCallback's every_seconds")
+    p.add_argument('--every-seconds', '--save-every-seconds', dest='every_seconds', type=seconds_or_auto, default=30.,
+                   help="CheckpointCallback's every_seconds: seconds, or 'auto'")
+    p.add_argument('--memory-every-steps', type=int, default=None, help="CheckpointCallback's memory_every_steps (default: no memory tier)")
+    p.add_argument('--memory-path', default=None, help="CheckpointCallback's memory_path (default: one of the run's own in /dev/shm)")
     p.add_argument('--hidden', type=int, default=512, help='width of the two hidden layers')
     p.add_argument('--batches', type=int, default=400, help='training batches per rank and epoch')
     p.add_argument('--epochs', type=int, default=10000)
@@ -83,12 +95,18 @@ def main(argv=None):
             ev('resume_start')
             try: super()._resume()
             finally: ev('resume_end', step=self.steps_before + self.fit_steps)
-        def save(self, reason='request', stop=False, finished=False):
+        def save(self, reason='request', stop=False, finished=False, memory=False):
             g = self.steps_before + self.fit_steps
             ev('save_start', step=g, reason=reason)
-            saved = super().save(reason, stop=stop, finished=finished)
+            saved = super().save(reason, stop=stop, finished=finished, memory=memory)
             ev('save_end', step=g, reason=reason, saved=saved)
             return saved
+        def _choose_interval(self):
+            super()._choose_interval()
+            from ddpsafe.interval import interval_note
+            w = self.interval_why
+            ev('interval', seconds=self.interval, rule=w['rule'], c=w['c'], m=w['m'], r=w['r'], failures=w['failures'],
+               launches=w['launches'], note=interval_note(w))
         def after_batch(self):
             before = self.fit_steps
             try: super().after_batch()
@@ -108,7 +126,8 @@ def main(argv=None):
     ev('learner')
     try:
         with learn.distrib_ctx():
-            learn.fit(a.epochs, 1e-4, cbs=TimedCheckpoint(every_epoch=None, every_seconds=a.save_every_seconds))
+            learn.fit(a.epochs, 1e-4, cbs=TimedCheckpoint(every_epoch=None, every_seconds=a.every_seconds,
+                                                          memory_every_steps=a.memory_every_steps, memory_path=a.memory_path))
     finally: ev('fit_end')
 
 if __name__ == '__main__':

@@ -92,10 +92,28 @@ def gpu_figures() -> dict:
             'pinned_rate': f"{big['bytes'] / big['blocking_median']['pinned_d2h'] / 1e9:.0f} GB/s",
             'steps_beside_write': f"{r['steps_beside_write']['median']:.2f}×", 'resume_ratio': f"{r['resume']['median']:.2f}×"}
 
+def goodput_of(r:dict) -> dict:
+    "The figures of one goodput run (bench/goodput_bench.py's JSON): the baseline, each scenario's ratio to it, and, where the run had them, the interval `auto` chose and the memory tier's save"
+    sc = r['scenarios']
+    base = sc['baseline']['goodput_steps_per_s']
+    res = {'minutes': f"{r['seconds']/60:.3g}", 'baseline': f'{base:.1f} steps/s', 'parallel': 'at the same time' if r.get('parallel') else 'one after the other',
+           **{f'{k}_ratio': f"{v['goodput_steps_per_s']/base:.2f}" for k, v in sc.items() if k != 'baseline'}}
+    if (a := sc.get('auto')) and a.get('interval_s'):
+        ivs = [x for x in a['intervals_per_launch'] if x]
+        res |= {'auto_interval': _s(a['interval_s'], 1), 'auto_intervals': _span(ivs, lambda v: f'{v:.1f}') + ' s'}
+    if (m := sc.get('memory')) and 'memory' in m.get('save_blocking_ms', {}):
+        res |= {'memory_every_steps': str(m['config']['memory_every_steps']), 'memory_save': f"{_ms(m['save_blocking_ms']['memory']['median'])} ms",
+                'memory_saves': str(m['memory_saves']), 'memory_resumes': f"{m['resumed_from_memory']} of {m['launches'] - 1}"}
+    return res
+
+def goodput_figures() -> dict:
+    "Goodput under preemption: bench/results/goodput.json (bench/goodput_bench.py)"
+    return goodput_of(json.loads((RESULTS/'goodput.json').read_text()))
+
 def figures() -> dict:
     "Every figure by group and name: `{'preempt': {'poll_share': '0.28%, 0.18% and 0.25%', ...}, ...}`"
     return {'preempt': preempt_figures(), 'checkpoint': checkpoint_figures(), 'core': core_figures(), 'exit': exit_figures(),
-            'versions': versions_figures(), 'gpu': gpu_figures()}
+            'versions': versions_figures(), 'gpu': gpu_figures(), 'goodput': goodput_figures()}
 
 def flat(figs:dict|None=None) -> dict:
     "`{'preempt.poll_share': value, ...}`"
