@@ -85,6 +85,16 @@ def main(argv=None):
     from ddpsafe.checkpoint import CheckpointCallback
     ev('import_ddpsafe')
 
+    from ddpsafe.interval import SaveTimer, interval_note
+    choose = SaveTimer._choose
+    def logged_choose(timer):
+        "Each interval `every_seconds='auto'` chooses, as an event"
+        choose(timer)
+        w = timer.why
+        ev('interval', seconds=timer.interval, rule=w['rule'], c=w['c'], m=w['m'], r=w['r'], failures=w['failures'],
+           launches=w['launches'], note=interval_note(w))
+    SaveTimer._choose = logged_choose
+
     class TimedCheckpoint(CheckpointCallback):
         "`CheckpointCallback`, with events around its set-up, resume and saves and after each optimizer step"
         def before_fit(self):
@@ -101,12 +111,6 @@ def main(argv=None):
             saved = super().save(reason, stop=stop, finished=finished, memory=memory)
             ev('save_end', step=g, reason=reason, saved=saved)
             return saved
-        def _choose_interval(self):
-            super()._choose_interval()
-            from ddpsafe.interval import interval_note
-            w = self.interval_why
-            ev('interval', seconds=self.interval, rule=w['rule'], c=w['c'], m=w['m'], r=w['r'], failures=w['failures'],
-               launches=w['launches'], note=interval_note(w))
         def after_batch(self):
             before = self.fit_steps
             try: super().after_batch()
