@@ -116,11 +116,11 @@ def before_fit(self:CheckpointCallback):
     self.last_pos, self.stopped_by, self.skipped_fit, self.ran_epoch = None, None, False, False
     self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(_NOT_ASKED), False, False, False
     self.last_save, self.timer_raised, self.saved_stop = time.monotonic(), False, False
+    sharded = in_shards_to(self.model, self.local_root or self.root, self.storage.local)
     self.saver = Saver(self.local_root or self.root, storage_for(self.local_root) if self.local else self.storage, self.keep, self.comp, self.claim,
-                       self.async_save, in_shards_to(self.model, self.local_root or self.root, self.storage.local),
-                       Uploader(self.root, self.keep, self.comp) if self.local and is_main() else None)   # how this fit writes and keeps, chosen once
+                       self.async_save, sharded, Uploader(self.root, self.keep, self.comp) if self.local and is_main() else None,
+                       self._memory_tier(sharded))   # how this fit writes and keeps, chosen once
     self.stops = StopRequests(self.signals, self.local_root or self.root, self.save_switch, self.stop_switch, self.poll_seconds).install()
-    self._start_memory()       # before the resume: it looks in the memory tier too
     if run.fits_left and run.stopped:
         self.skipped_fit = True
         raise CancelFitException()      # a stop request ended an earlier fit of this `fine_tune`: the rest waits for the resume
@@ -148,7 +148,7 @@ def after_fit(self:CheckpointCallback):
         if late['stop']: self._stop(late)
         self.saver.settle()
         self.saver.finish(self.upload_wait if self.stopped_by == 'signal' else None)   # the uploads: after a signal, `upload_wait` s at most
-        self._end_memory()
+        if self.ran_epoch: self.saver.end_memory()   # its end on disk: the memory tier's checkpoints are older
     finally:
         self.stops.uninstall()
         run.steps, run.fits_left = self.steps_before + self.fit_steps, max(run.fits_left - 1, 0)
@@ -228,32 +228,17 @@ def _launch_ended(self:CheckpointCallback, ended:bool=False): # Did the fit reac
 
 # %% ../nbs/08_checkpoint.ipynb #7e000002
 from .memory import *
-CheckpointCallback.memory = None   # before a fit: no memory tier
+CheckpointCallback.memory = property(lambda self: getattr(self.saver, 'memory', None), doc="The fit's memory tier, the saver's; `None` without one, before a fit, or once it failed")
 
 @patch
-def _start_memory(self:CheckpointCallback):
-    "This fit's memory tier, with `memory_every_steps`: its folder made on rank 0's node"
-    self.memory = None
-    if not self.memory_every_steps: return
-    if self.saver.sharded:
+def _memory_tier(self:CheckpointCallback, sharded:bool # Does this fit save its model in shards?
+                ):
+    "This fit's `MemoryTier` with `memory_every_steps` (its folder made on rank 0's node), or `None`"
+    if not self.memory_every_steps: return None
+    if sharded:
         if is_main(): print('ddpsafe: memory_every_steps: this fit saves its sharded model in shards, which the memory tier does not hold: no memory tier')
-        return
-    self.memory = MemoryTier(memory_folder(self.root, self.memory_path, self.learn.path), self.memory_every_steps, self.memory_keep)
-
-@patch
-def _save_memory(self:CheckpointCallback, step:int, files:dict, meta:dict) -> bool:
-    "Rank 0 commits this step to the memory tier; a failure there turns the tier off for this fit, said on every rank, and training goes on"
-    try: on_main(self.memory.write, step, files, meta)
-    except OSError as e:
-        warnings.warn(f'ddpsafe: the memory tier {self.memory.folder} could not be written ({e}); it is off for the rest of this fit, the disk checkpoints go on')
-        self.memory = None
-        return False
-    return True
-
-@patch
-def _end_memory(self:CheckpointCallback):
-    "The fit saved its end to disk: rank 0 empties the memory tier, whose checkpoints are older"
-    if self.memory is not None and self.ran_epoch: on_main(self.memory.clear)
+        return None
+    return MemoryTier(memory_folder(self.root, self.memory_path, self.learn.path), self.memory_every_steps, self.memory_keep)
 
 # %% ../nbs/08_checkpoint.ipynb #9a688c39
 @patch
@@ -270,7 +255,7 @@ def after_batch(self:CheckpointCallback):
     if reason := self.save_reason(asked):
         self.save(reason, stop=asked['stop'])
         self.epoch_due = False
-    elif self.memory is not None and self.memory.due(self.fit_steps): self.save('memory', memory=True)
+    elif self.memory is not None and self.memory.due(self.fit_steps): self.save('memory', memory=True)   # unless its last write is in flight
     if asked['timer']: self.timer_raised = False   # rank 0 may raise the next one
     if asked['stop']:
         self._stop(asked)
@@ -296,13 +281,14 @@ def save(self:CheckpointCallback,
          reason:str='request', # Why: 'epoch', 'steps', 'time', 'end', 'signal', 'switch'... (recorded in the manifest)
          stop:bool=False,      # Does the run stop after this checkpoint (a signal or the stop switch)?
          finished:bool=False,  # Is this the normal end of the run's last fit?
-         memory:bool=False     # To the memory tier instead (`memory_every_steps`): rank 0 writes it at once; the disk's position and timer stay as they are
+         memory:bool=False     # To the memory tier instead (`memory_every_steps`): copied now, written in the background, skipped while the tier's last write is in flight; the disk's position and timer stay as they are
         ) -> bool:
     "Save this step boundary; `False` if already saved"
     pos = self.position()
     if (pos['global_step'], pos['epoch_done']) == self.last_pos and not (stop and not self.saved_stop): return False   # a late stop saves its step again: the manifest must say it
     began = time.monotonic()   # what training waits for, from here: `every_seconds='auto'` weighs it
     if not memory: self.saver.settle()   # a memory save does not wait for the disk's write in flight
+    elif not self.saver.memory_ready(pos['global_step']): return False   # nor for its own: skipped, nothing collected
     header = dict(world_size=world(), setup=self.setup,
                   versions=dict(torch=str(torch.__version__), fastai=fastai.__version__, ddpsafe=ddpsafe.__version__))
     meta = dict(epoch=pos['epoch'], iter=pos['iter'], epoch_done=pos['epoch_done'], fit=pos['fit'], reason=reason, stop=stop,
@@ -311,7 +297,7 @@ def save(self:CheckpointCallback,
     with step_lock(self.learn): states, shards = self.parts.collect(sharded=self.saver.sharded)   # every rank, one step boundary
     files = self.parts.contents(states, header)
     meta['parts'] = self.parts.files_of(files)
-    if memory: return self._save_memory(pos['global_step'], checkpoint_writers(files), meta)
+    if memory: self.saver.save_memory(pos['global_step'], files, meta); return True
     self.saver.save(pos['global_step'], files, meta, shards)     # written as this fit chose: now or in the background, whole or in shards
     self.last_pos, self.last_save, self.saved_stop = (pos['global_step'], pos['epoch_done']), time.monotonic(), stop
     self.timer.saved(self.last_save - began)
@@ -329,10 +315,11 @@ def _metric(self:CheckpointCallback):
 @patch
 def _resume(self:CheckpointCallback):
     "Load this fit's newest checkpoint and go on from it"
-    roots = list(filter(None, (self.local_root, self.root, self.memory and self.memory.folder)))   # the memory tier last: a tie goes to the disk's
+    memory = self.saver.settle_memory()   # its write in flight done first
+    roots = list(filter(None, (self.local_root, self.root, memory and memory.folder)))   # the memory tier last: a tie goes to the disk's
     ck, man, skipped = on_main(choose_checkpoint, *roots) if self.resume is True else on_main(chosen_checkpoint, self.resume, roots, self.learn.path)
     for p, why in skipped: warnings.warn(f'ddpsafe: skipping checkpoint {p}: {"; ".join(why)}')
-    if self.memory is not None and is_main() and (note := self.memory.resume_note(ck, skipped)): print(note)
+    if memory is not None and is_main() and (note := memory.resume_note(ck, skipped)): print(note)
     if ck is not None: self.saver.catch_up(ck)     # a local checkpoint that `path` lacks: uploaded
     if ck is None or man.get('fit', 0) < self.fit_idx: return
     if man.get('fit', 0) > self.fit_idx:

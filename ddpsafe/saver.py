@@ -78,9 +78,12 @@ class Saver:
                  claim,          # `root`'s `FolderClaim`: rank 0 checks it before each commit
                  async_save:bool=False, # Copy at the step boundary, write in a background thread
                  sharded:bool=False,    # Does every rank write its own shards? (`in_shards_to`)
-                 uploader:Uploader|None=None): # Rank 0's: copies each committed checkpoint to a second tier, which keeps its own newest and best
+                 uploader:Uploader|None=None, # Rank 0's: copies each committed checkpoint to a second tier, which keeps its own newest and best
+                 memory=None):   # The fit's `MemoryTier` ([memory](memory.html)): a checkpoint every few steps in node-local RAM, written in the background; `None`: none
         store_attr()
         self.writer, self.buffers = (AsyncWriter(), StateBuffers()) if async_save else (None, None)
+        self.memory_writer, self.memory_buffers = (AsyncWriter(), StateBuffers()) if memory is not None else (None, None)   # the memory tier's own
+        self.memory_step, self.memory_skipped = None, False   # the memory write in flight; has a memory save been skipped this fit?
         if sharded and async_save and coordinating(): side_group('write')   # every rank's writer thread talks on it
         self.write = partial(self._write_shards, background=async_save) if sharded else self._commit if async_save else partial(on_main, self._commit)
 
@@ -127,6 +130,8 @@ def close(self:Saver):
     "Release the writer and the uploader, however the fit ended"
     if self.writer is not None and (err := self.writer.close()) is not None:   # the signals still only raise a flag meanwhile
         warnings.warn(f'ddpsafe: the background checkpoint write failed too: {err}')
+    if self.memory_writer is not None and (err := self.memory_writer.close()) is not None:   # a crash's newest memory checkpoint, for the restart
+        warnings.warn(f'ddpsafe: the memory tier {self.memory.folder} could not be written ({err}); its earlier checkpoints are unchanged')
     if self.uploader is not None: self.uploader.close()  # after an error: the upload in flight ends in the background
 
 # %% ../nbs/07f_saver.ipynb #7f000016
@@ -157,6 +162,59 @@ def catch_up(self:Saver, ck:Path): # The checkpoint a resume chose
     if self.uploader is None or str(ck.parent) != str(self.root): return
     far = newest_complete(self.uploader.root, checksums=False)
     if far is None or checkpoint_step(far) < checkpoint_step(ck): self.uploader.submit(ck)
+
+# %% ../nbs/07f_saver.ipynb #7f000031
+@patch
+def memory_ready(self:Saver, step:int # The step due a memory save
+                ) -> bool:
+    "Does the memory tier take checkpoint `step` now? Not while its write is in flight; a failed write turns it off; every rank calls it"
+    if self.memory is None: return False
+    try: return on_main(self._memory_free, step)
+    except OSError as e: return self._memory_off(e)
+
+@patch
+def _memory_free(self:Saver, step:int) -> bool:
+    "Rank 0: is the memory writer idle? Its last write's error raised; said once a fit: a save skipped"
+    if self.memory_writer.busy:
+        if not self.memory_skipped:
+            self.memory_skipped = True
+            print(f'ddpsafe: memory tier {self.memory.folder}: step {step} not saved there, the write of step {self.memory_step} is still in flight; '
+                  f'a memory save never waits: while a write takes longer than {self.memory.every_steps} steps, some are skipped (said once per fit)')
+        return False
+    if (err := self.memory_writer.wait()) is not None: raise err
+    return True
+
+@patch
+def _memory_off(self:Saver, e:BaseException) -> bool:
+    "Say, on every rank, that the memory tier could not be written; it is off for the rest of the fit"
+    warnings.warn(f'ddpsafe: the memory tier {self.memory.folder} could not be written ({e}); it is off for the rest of this fit, the disk checkpoints go on')
+    self.memory = None
+    return False
+
+@patch
+def save_memory(self:Saver, step:int, # Optimizer steps done: the checkpoint's name
+                files:dict,   # Rank 0's files: name -> what it holds, as `save` takes them
+                meta:dict):   # Stored in the manifest
+    "Copy checkpoint `step` into the memory tier's buffers now, and commit it there in the background; after `memory_ready`"
+    if not is_main(): return                             # rank 0 writes the memory tier
+    tier, files, self.memory_step = self.memory, self.memory_buffers.copy(files), step
+    self.memory_writer.submit(lambda: tier.write(step, checkpoint_writers(files), meta))
+
+# %% ../nbs/07f_saver.ipynb #7f000039
+@patch
+def settle_memory(self:Saver):
+    "Wait for the memory write in flight; the tier, or `None` (none, or that write failed: warned on every rank); every rank calls it"
+    if self.memory is None: return None
+    def wait():
+        if (err := self.memory_writer.wait()) is not None: raise err
+    try: on_main(wait)
+    except OSError as e: self._memory_off(e)
+    return self.memory
+
+@patch
+def end_memory(self:Saver):
+    "The fit saved its end to disk: rank 0 empties the memory tier, whose checkpoints are older, once its write in flight is done"
+    if self.settle_memory() is not None: on_main(self.memory.clear)
 
 # %% ../nbs/07f_saver.ipynb #7f00001f
 def in_shards_to(model,       # The fit's model
