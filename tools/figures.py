@@ -98,6 +98,11 @@ def goodput_of(r:dict) -> dict:
     base = sc['baseline']['goodput_steps_per_s']
     res = {'minutes': f"{r['seconds']/60:.3g}", 'baseline': f'{base:.1f} steps/s', 'parallel': 'at the same time' if r.get('parallel') else 'one after the other',
            **{f'{k}_ratio': f"{v['goodput_steps_per_s']/base:.2f}" for k, v in sc.items() if k != 'baseline'}}
+    for k, v in sc.items():              # where the time went: work done again, and starting the processes again
+        p, n = v['shares_pct'], v['launches'] - 1
+        res[f'{k}_twice'] = f"{p.get('steps done twice', 0.):.1f}%"
+        res[f'{k}_startup'] = f"{sum(x for s, x in p.items() if s.startswith('start-up')):.0f}%"
+        if n: res[f'{k}_startup_s'] = f"{sum(x for s, x in v['shares_s'].items() if s.startswith('start-up')) / n:.0f} s"
     if (a := sc.get('auto')) and a.get('interval_s'):
         ivs = [x for x in a['intervals_per_launch'] if x]
         res |= {'auto_interval': _s(a['interval_s'], 1), 'auto_intervals': _span(ivs, lambda v: f'{v:.1f}') + ' s'}
@@ -106,14 +111,15 @@ def goodput_of(r:dict) -> dict:
                 'memory_saves': str(m['memory_saves']), 'memory_resumes': f"{m['resumed_from_memory']} of {m['launches'] - 1}"}
     return res
 
-def goodput_figures() -> dict:
-    "Goodput under preemption: bench/results/goodput.json (bench/goodput_bench.py)"
-    return goodput_of(json.loads((RESULTS/'goodput.json').read_text()))
+def goodput_figures(name:str='goodput.json') -> dict:
+    "Goodput under preemption: bench/results/goodput.json (bench/goodput_bench.py: five scenarios at once on 16 cores)"
+    return goodput_of(json.loads((RESULTS/name).read_text()))
 
 def figures() -> dict:
     "Every figure by group and name: `{'preempt': {'poll_share': '0.28%, 0.18% and 0.25%', ...}, ...}`"
     return {'preempt': preempt_figures(), 'checkpoint': checkpoint_figures(), 'core': core_figures(), 'exit': exit_figures(),
-            'versions': versions_figures(), 'gpu': gpu_figures(), 'goodput': goodput_figures()}
+            'versions': versions_figures(), 'gpu': gpu_figures(), 'goodput': goodput_figures(),
+            'goodput_2cores': goodput_figures('goodput_2cores.json')}   # the earlier run: three scenarios one after the other on 2 cores
 
 def flat(figs:dict|None=None) -> dict:
     "`{'preempt.poll_share': value, ...}`"
