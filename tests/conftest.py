@@ -226,6 +226,16 @@ def torchrun_cmd(*flags) -> list: return [str(TORCHRUN), '--nproc_per_node', '2'
 def accelerate_cmd() -> list: return [str(ACCELERATE), 'launch', '--multi_gpu', '--num_processes', '2', '--num_machines', '1',
                                       '--mixed_precision', 'no', '--dynamo_backend', 'no']
 
+def final_weights(run:Path, n:int=2) -> list:
+    "Each rank's final weights, as `tests/scripts/launcher_train.py --out run/w` saved them"
+    import torch
+    return [torch.load(f'{run}/w.rank{r}', weights_only=True) for r in range(n)]
+
+def same_weights(a:dict, b:dict) -> bool:
+    "Are two state dicts equal, tensor for tensor, bit for bit?"
+    import torch
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
 class Launch:
     "A launcher command started in a session of its own (as a scheduler starts a job), with its `n` ranks' marker files"
     def __init__(self, cmd:list, run:Path, tools, name:str, n:int=2, **extra_env):

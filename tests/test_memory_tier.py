@@ -17,7 +17,7 @@ import pytest, torch
 from ddpsafe.testing import wait_until, WaitTimeout
 from ddpsafe.memory import memory_folder, SHM
 from ddpsafe.manifest import checkpoints, checkpoint_step, newest_complete
-from conftest import Launch, report, torchrun_cmd, needs_torchrun, ROOT
+from conftest import final_weights, same_weights, Launch, report, torchrun_cmd, needs_torchrun, ROOT
 
 SCRIPT = ROOT/'tests'/'scripts'/'launcher_train.py'
 N_EPOCH, DISK_EVERY = 4, 4
@@ -28,17 +28,10 @@ def train_args(run:Path, *extra, slow:float=0.3) -> list:
     return [str(SCRIPT), str(run), str(N_EPOCH), '--every-steps', str(DISK_EVERY), '--slow', str(slow), '--workers', '0',
             '--marks', str(run/'marks'), '--out', str(run/'w'), *extra]
 
-def weights(run:Path) -> list: return [torch.load(f'{run}/w.rank{r}', weights_only=True) for r in range(2)]
-def same(a:dict, b:dict) -> bool: return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 def pids(l:Launch, r:int) -> list: return [int(x.split()[1]) for x in l.marks(r) if x.startswith('PID ')]
 
 @pytest.fixture(scope='module')
 def tmp_root(tmp_path_factory): return tmp_path_factory.mktemp('memory')
-
-@pytest.fixture(scope='module')
-def tools():
-    from conftest import BIN
-    return dict(PATH=f'{BIN}:{os.environ.get("PATH", "")}')
 
 _baseline = {}
 def baseline(tools, tmp_root:Path) -> list:
@@ -49,7 +42,7 @@ def baseline(tools, tmp_root:Path) -> list:
         code = l.wait(180)
         report(launch='torchrun, uninterrupted, no memory tier', exit=code, seconds=l.seconds)
         assert code == 0, l.output()[-4000:]
-        _baseline['w'] = weights(run)
+        _baseline['w'] = final_weights(run)
     return _baseline['w']
 
 def kill_after_memory_save(l:Launch, timeout:float=120) -> int:
@@ -100,7 +93,7 @@ def test_restart_resumes_from_memory(tools, tmp_root, shm_left):
     assert f'ddpsafe: memory tier in {mem}: a checkpoint every 1 steps' in out, out[-3000:]
     assert said == [str(m)], f'the restart did not resume from the memory tier at step {m}: {said}\n{out[-5000:]}'
     assert f'resumed from {mem}/step-{m:08d} ' in out, out[-5000:]
-    assert all(same(a, b) for a, b in zip(weights(run), base)), 'resumed from the memory tier, the run ended with weights unlike the uninterrupted run'
+    assert all(same_weights(a, b) for a, b in zip(final_weights(run), base)), 'resumed from the memory tier, the run ended with weights unlike the uninterrupted run'
     assert not mem.exists(), f'{mem} is left in /dev/shm after the run saved its end to disk: {sorted(p.name for p in mem.iterdir())}'
 
 @needs_torchrun
@@ -130,4 +123,4 @@ def test_falls_back_to_disk(tools, tmp_root, harm):
     assert why in out, out[-5000:]
     if harm == 'damaged': assert re.search(rf'{re.escape(str(mem))}: step-\d+, step-\d+ damaged \(.*checksum differs.*: falling back to disk, {re.escape(str(disk))}', out), out[-5000:]
     assert f'resumed from {disk} ' in out, out[-5000:]
-    assert all(same(a, b) for a, b in zip(weights(run), base)), f'resumed from disk after the memory tier was {harm}, the run ended unlike the uninterrupted run'
+    assert all(same_weights(a, b) for a, b in zip(final_weights(run), base)), f'resumed from disk after the memory tier was {harm}, the run ended unlike the uninterrupted run'

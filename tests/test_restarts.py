@@ -17,7 +17,7 @@ import os, re, sys, signal, subprocess, time
 from pathlib import Path
 import pytest, torch
 from ddpsafe.testing import wait_until, WaitTimeout
-from conftest import Launch, report, torchrun_cmd, needs_torchrun, ROOT
+from conftest import final_weights, same_weights, Launch, report, torchrun_cmd, needs_torchrun, ROOT
 
 SCRIPT = ROOT/'tests'/'scripts'/'launcher_train.py'
 N_EPOCH, SAVES_BEFORE_KILL = 4, 4
@@ -28,17 +28,10 @@ RDZV = dict(default=([], {}),
 def train_args(run:Path) -> list:
     return [str(SCRIPT), str(run), str(N_EPOCH), '--marks', str(run/'marks'), '--out', str(run/'w'), '--workers', '0']
 
-def weights(run:Path) -> list: return [torch.load(f'{run}/w.rank{r}', weights_only=True) for r in range(2)]
-def same(a:dict, b:dict) -> bool: return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 def pids(l:Launch, r:int) -> list: return [int(x.split()[1]) for x in l.marks(r) if x.startswith('PID ')]
 
 @pytest.fixture(scope='module')
 def tmp_root(tmp_path_factory): return tmp_path_factory.mktemp('restarts')
-
-@pytest.fixture(scope='module')
-def tools():
-    from conftest import BIN
-    return dict(PATH=f'{BIN}:{os.environ.get("PATH", "")}')
 
 _baseline = {}
 def baseline(tools, tmp_root:Path) -> list:
@@ -49,7 +42,7 @@ def baseline(tools, tmp_root:Path) -> list:
         code = l.wait(180)
         report(launch='torchrun, uninterrupted', exit=code, seconds=l.seconds)
         assert code == 0, l.output()[-4000:]
-        _baseline['w'] = weights(run)
+        _baseline['w'] = final_weights(run)
     return _baseline['w']
 
 @needs_torchrun
@@ -86,7 +79,7 @@ def test_restart_after_sigkill(tools, tmp_root, rdzv):
     assert starts == [2, 2], f'{rdzv}: expected one restart of each rank, got {starts} starts: a restart failed\n{out[-5000:]}'
     assert [x and x['code'] for x in res] == [0, 0], res
     assert resumed and resumed[-1] >= killed_after, f'the restarted run did not resume from step >= {killed_after}: {resumed}\n{out[-3000:]}'
-    assert all(same(a, b) for a, b in zip(weights(run), base)), 'the restarted run ended with weights unlike the uninterrupted run'
+    assert all(same_weights(a, b) for a, b in zip(final_weights(run), base)), 'the restarted run ended with weights unlike the uninterrupted run'
 
 PLAIN = ROOT/'tests'/'scripts'/'restart_plain.py'
 
