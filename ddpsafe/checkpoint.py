@@ -126,7 +126,7 @@ def before_fit(self:CheckpointCallback):
         raise CancelFitException()      # a stop request ended an earlier fit of this `fine_tune`: the rest waits for the resume
     if self.resume is not False and self.resume is not None: self._resume()
     history = self.local_root if self.local_root is not None else self.root if self.storage.local else None   # object storage: no append
-    self.timer = SaveTimer(self.every_seconds, history, is_main(), self.saver.writer)   # after the resume: the time a restart takes includes it
+    self.timer = SaveTimer(self.every_seconds, history, is_main(), self.async_save)   # after the resume: the time a restart takes includes it
     if self.timer.launch is not None: at_fit_end(self.learn, self._launch_ended)       # an exception ends the fit: recorded as it closes
 
 # %% ../nbs/08_checkpoint.ipynb #26d2d96a
@@ -224,7 +224,12 @@ CheckpointCallback.timer = SaveTimer(None)   # before a fit: no timed saves
 @patch
 def _launch_ended(self:CheckpointCallback, ended:bool=False): # Did the fit reach `after_fit`? Else an exception ended it
     "Rank 0, with `every_seconds='auto'`: record how this launch ended in the folder's history"
-    self.timer.ended({'signal': 'preempted', 'switch': 'stopped'}.get(self.stopped_by, 'finished') if ended else 'error')
+    self.timer.ended({'signal': 'preempted', 'switch': 'stopped'}.get(self.stopped_by, 'finished') if ended else 'error', self._write_seconds())
+
+@patch
+def _write_seconds(self:CheckpointCallback) -> float|None:
+    "How long this fit's last background write took; `None` without one"
+    return getattr(getattr(self.saver, 'writer', None), 'seconds', None)
 
 # %% ../nbs/08_checkpoint.ipynb #7e000002
 from .memory import *
@@ -300,7 +305,7 @@ def save(self:CheckpointCallback,
     if memory: self.saver.save_memory(pos['global_step'], files, meta); return True
     self.saver.save(pos['global_step'], files, meta, shards)     # written as this fit chose: now or in the background, whole or in shards
     self.last_pos, self.last_save, self.saved_stop = (pos['global_step'], pos['epoch_done']), time.monotonic(), stop
-    self.timer.saved(self.last_save - began)
+    self.timer.saved(self.last_save - began, self._write_seconds())
     return True
 
 # %% ../nbs/08_checkpoint.ipynb #6e290e7f

@@ -168,9 +168,10 @@ class SaveTimer:
                  every_seconds:float|str|None, # Seconds between timed saves; `'auto'`: chosen; `None`: no timed saves
                  history:Path|None=None, # The local checkpoints folder that keeps the launch history (`'auto'`); `None`: none (object storage)
                  main:bool=True,         # Is this rank 0, whose clock decides the timed saves?
-                 writer=None):           # The fit's background writer (`async_save`), whose `seconds` the interval never undercuts; `None`: saves are synchronous
+                 async_save:bool=False): # Are the saves written in the background? Then the interval never undercuts a write's time
         if isinstance(every_seconds, str) and every_seconds != 'auto': raise ValueError(f"every_seconds={every_seconds!r}: a number of seconds, 'auto' or None")
-        self.every_seconds, self.writer, self.costs, self.said, self.why, self.launch = every_seconds, writer, [], None, None, None
+        self.every_seconds, self.costs, self.said, self.why, self.launch = every_seconds, [], None, None, None
+        self.write_seconds = None if async_save else 0.   # a background write's time: not known until one is measured
         self.auto, self.interval = every_seconds == 'auto' and main, None if every_seconds == 'auto' else every_seconds
         if not self.auto: return
         self.launch = None if history is None else _quietly(launch_started, history)
@@ -188,23 +189,26 @@ class SaveTimer:
 def _choose(self:SaveTimer):
     "The interval from this launch's save costs and the folder's history; said when it moved much"
     c = statistics.median(self.costs) if self.costs else None
-    self.why = choose_interval(self.past, c, self.writer.seconds if self.writer is not None else 0.)
+    self.why = choose_interval(self.past, c, self.write_seconds)
     self.interval = self.why['seconds']
     if interval_moved(self.said, self.interval):
         self.said = self.interval
         print(interval_note(self.why))
 
 @patch
-def saved(self:SaveTimer, seconds:float): # How long the save blocked training
+def saved(self:SaveTimer, seconds:float,   # How long the save blocked training
+          write_seconds:float|None=None): # How long the last background write took (`async_save`); `None`: none measured
     "Count a save's cost; with `'auto'`, choose the interval again"
     if not self.auto: return
     self.costs = [*self.costs[-19:], seconds]   # the newest 20
+    if write_seconds is not None and self.write_seconds != 0.: self.write_seconds = write_seconds
     self._choose()
 
 @patch
-def ended(self:SaveTimer, how:str): # 'finished', 'stopped', 'preempted' or 'error'
+def ended(self:SaveTimer, how:str, # 'finished', 'stopped', 'preempted' or 'error'
+          write_seconds:float|None=None): # How long the last background write took (`async_save`); `None`: none measured
     "Record how this launch ended, and the save costs it measured; once"
     if self.launch is None: return
     _quietly(launch_ended, self.history, self.launch, how, save_seconds=statistics.median(self.costs) if self.costs else None,
-             write_seconds=None if self.writer is None else self.writer.seconds)
+             write_seconds=write_seconds)
     self.launch = None
