@@ -68,7 +68,8 @@ def test_text_rules():
     assert bc.text_problems('see shared/ENV.md for the numbers')
     assert bc.text_problems(r'C:\Users\me\ckpt') and bc.text_problems('/home/runner/work/x')
     assert bc.text_problems('resumed from /dev/shm/ddpsafe-root-3f2a/step-8')                         # a run's own folder
-    assert bc.text_problems('by default /dev/shm/ddpsafe-USER-KEY, where KEY is') == []          # the placeholder the docs write
+    assert bc.text_problems('by default /dev/shm/ddpsafe-USER-KEY, where KEY is') == []          # the placeholders the docs write
+    assert bc.text_problems('remove /dev/shm/ddpsafe-* there; the bytes of /dev/shm/.../step-N/') == []
     assert bc.takes_params('class CheckpointCallback(\n    path=\'checkpoints\',\n)') and not bc.takes_params('def rank()')
 
 def test_noise_rules():

@@ -44,8 +44,8 @@ WIDTHS = (1280, 390)
 SCREENS = {1280: 900, 390: 844}   # window height at each width: a laptop's first screen, a phone's
 MAX_SHRINK = 3.0   # a figure drawn at 200 dpi, shown at 1/3 of its pixels: ~67 px per inch, 8 pt text at ~7.5 px
 _glyphs = re.compile(r'[█▉▊▋▌▍▎▏]|\d+\.\d+% \[\d+/\d+')
-# /dev/shm/ddpsafe-USER-KEY (or -*, -...): the memory tier's default folder as the docs write it, with placeholders
-_paths = re.compile(r'(?<![\w.~-])(?:/tmp/|/var/tmp/|/dev/shm/(?!ddpsafe-(?:USER-KEY|\*|\.\.\.))|/private/var/|/var/folders/|/home/\w|/Users/\w|/root/|/work/|'
+# /dev/shm/ddpsafe-USER-KEY (or -*, -..., /dev/shm/.../): the memory tier's folder as the docs write it, with placeholders
+_paths = re.compile(r'(?<![\w.~-])(?:/tmp/|/var/tmp/|/dev/shm/(?!ddpsafe-(?:USER-KEY|\*|\.\.\.)|\.\.\./)|/private/var/|/var/folders/|/home/\w|/Users/\w|/root/|/work/|'
                     r'/github/workspace|/home/runner|/builds/|[A-Z]:\\Users\\)|site-packages/')
 _internal = re.compile(r'\bENV\.md\b|\bshared/\w+\.md\b')
 _bad_alt = {'', 'output', 'image', 'figure', 'png', 'img', 'plot'}
