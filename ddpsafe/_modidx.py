@@ -721,5 +721,4 @@ d = { 'settings': { 'branch': 'main',
                                 'ddpsafe.upload.Uploader.submit': ('upload.html#uploader.submit', 'ddpsafe/upload.py'),
                                 'ddpsafe.upload.Uploader.take_error': ('upload.html#uploader.take_error', 'ddpsafe/upload.py'),
                                 'ddpsafe.upload.Uploader.wait': ('upload.html#uploader.wait', 'ddpsafe/upload.py'),
-                                'ddpsafe.upload.best_checkpoint': ('upload.html#best_checkpoint', 'ddpsafe/upload.py'),
                                 'ddpsafe.upload.upload_checkpoint': ('upload.html#upload_checkpoint', 'ddpsafe/upload.py')}}}

@@ -15,8 +15,8 @@ _all_ = ['file_digest', 'UPLOAD_THREADS']
 # %% auto #0
 __all__ = ['FORMAT', 'MANIFEST', 'SHARD_INDEX', 'REQUEUE_EXIT_CODE', 'STOPPED_EXIT_CODE', 'checkpoint_name', 'checkpoint_step',
            'uncompiled_key', 'plain_key', 'checkpoint_folder', 'fill_checkpoint', 'write_checkpoint',
-           'CorruptCheckpoint', 'read_manifest', 'check_checkpoint', 'checkpoint_status', 'checkpoints',
-           'newest_complete', 'rotate', 'clean_incomplete', 'best_of', 'file_digest', 'UPLOAD_THREADS']
+           'CorruptCheckpoint', 'read_manifest', 'check_checkpoint', 'checkpoint_status', 'best_of', 'checkpoints',
+           'newest_complete', 'rotate', 'clean_incomplete', 'file_digest', 'UPLOAD_THREADS']
 
 # %% ../nbs/05_manifest.ipynb #b91605d8
 FORMAT = 'ddpsafe-checkpoint/1'
@@ -154,6 +154,16 @@ def checkpoint_status(folder:Path|str,     # One checkpoint's folder (`step-0000
     except CorruptCheckpoint: return 'corrupt'
     return 'corrupt' if _problems(folder, m, checksums, storage) else 'complete'
 
+# %% ../nbs/05_manifest.ipynb #b5e5f002
+def best_of(scored, # (metric, checkpoint) pairs, oldest first; a `None` metric is never best
+            comp    # Is the first metric better than the second? `np.less`, `np.greater`, `operator.lt`...
+           ):
+    "The checkpoint of `scored` with the best metric, the older one on a tie; `None` when none has a metric"
+    best = None
+    for m, p in scored:
+        if m is not None and (best is None or comp(m, best[0])): best = (m, p)
+    return None if best is None else best[1]
+
 # %% ../nbs/05_manifest.ipynb #9033a203
 def checkpoints(root:Path|str,
                 storage=None  # The storage it is on, when the caller knows it (`storage_for` by default)
@@ -178,16 +188,17 @@ def newest_complete(root:Path|str,             # The checkpoints folder
 # %% ../nbs/05_manifest.ipynb #5f2fe951
 def rotate(root:Path|str,   # The checkpoints folder
            keep:int,        # How many of the newest complete checkpoints to keep
-           best:Path|str|None=None,    # A checkpoint to keep whatever its age
+           comp=None,       # Is the first metric better than the second? The best checkpoint by it is kept too; `None`: no best
            written:Path|str|None=None, # The checkpoint this process just wrote: its files are not read again
            also=(),         # More checkpoints to keep whatever their age (one being uploaded)
            storage=None     # The storage it is on, when the caller knows it (`storage_for` by default)
           ) -> list:
-    "Delete old checkpoints, keeping the newest `keep` and `best`"
+    "Delete old checkpoints, keeping the newest `keep` and the best by `comp`"
     storage = storage or storage_for(root)
     newest = newest_complete(root, written=written, storage=storage)
     if newest is None: return []
     upto = [p for p in checkpoints(root, storage) if checkpoint_step(p) <= checkpoint_step(newest) and checkpoint_status(p, False, storage) == 'complete']
+    best = best_of([(read_manifest(p, storage).get('metric'), p) for p in upto], comp) if comp is not None else None
     kept = {str(p) for p in (best, *also) if p is not None}
     old = [p for p in upto[:max(len(upto)-keep, 0)] if str(p) not in kept]
     for p in old: discard(p, marker=MANIFEST, storage=storage)
@@ -200,16 +211,6 @@ def clean_incomplete(root:Path|str) -> list:
     stale = storage.unfinished(root, final=checkpoint_step, marker=MANIFEST)   # temporaries; on object storage, folders whose manifest never came
     for p in stale: storage.remove(p)
     return stale
-
-# %% ../nbs/05_manifest.ipynb #b5e5f002
-def best_of(scored, # (metric, checkpoint) pairs, oldest first; a `None` metric is never best
-            comp    # Is the first metric better than the second? `np.less`, `np.greater`, `operator.lt`...
-           ):
-    "The checkpoint of `scored` with the best metric, the older one on a tie; `None` when none has a metric"
-    best = None
-    for m, p in scored:
-        if m is not None and (best is None or comp(m, best[0])): best = (m, p)
-    return None if best is None else best[1]
 
 # %% ../nbs/05_manifest.ipynb #457743b5
 REQUEUE_EXIT_CODE = 75   # preempted: start the run again

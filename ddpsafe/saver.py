@@ -16,7 +16,7 @@ from .manifest import *
 from .snapshot import StateBuffers, AsyncWriter
 from .sharded import is_sharded, write_shards, dcp_error, _failures
 from .parts import checkpoint_writers
-from .upload import Uploader, best_checkpoint
+from .upload import Uploader
 
 # %% auto #0
 __all__ = ['write_in_shards', 'ranks_not_seeing', 'Saver', 'in_shards_to']
@@ -110,7 +110,7 @@ class Saver:
 
     def _rotate(self, ck:Path) -> Path:
         "Rank 0, after committing `ck`: the newest `keep` and the best stay (and any being uploaded); then `ck` goes to the uploader"
-        rotate(self.root, self.keep, best=best_checkpoint(self.root, self.comp, self.storage), written=ck,    # `ck` was hashed as written
+        rotate(self.root, self.keep, self.comp, written=ck,    # `ck` was hashed as written
                also=self.uploader.in_use() if self.uploader else (), storage=self.storage)
         if self.uploader is not None: self._upload(ck)
         return ck

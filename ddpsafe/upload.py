@@ -9,21 +9,12 @@ from __future__ import annotations
 import shutil, threading
 from pathlib import Path
 from fastcore.basics import store_attr
-from .commit import discard, FileWriter, storage_for
+from .commit import discard, FileWriter
 from .manifest import *
 from .snapshot import lower_priority
 
 # %% auto #0
-__all__ = ['best_checkpoint', 'upload_checkpoint', 'Uploader']
-
-# %% ../nbs/07d_upload.ipynb #b3e29e9b
-def best_checkpoint(root:Path, # The checkpoints folder
-                    comp,      # `np.less` or `np.greater`: is the first value better than the second?
-                    storage=None # The storage `root` is on, when the caller knows it (`storage_for` by default)
-                   ) -> Path|None:
-    "The complete checkpoint with the best metric"
-    storage = storage or storage_for(root)
-    return best_of([(read_manifest(p, storage).get('metric'), p) for p in checkpoints(root, storage) if checkpoint_status(p, False, storage) == 'complete'], comp)
+__all__ = ['upload_checkpoint', 'Uploader']
 
 # %% ../nbs/07d_upload.ipynb #e49dbe4e
 def upload_checkpoint(ck:Path, # A committed local checkpoint
@@ -71,7 +62,7 @@ class Uploader:
             try:
                 up = upload_checkpoint(self.current, self.root)
                 self.uploaded = self.current
-                rotate(self.root, self.keep, best=best_checkpoint(self.root, self.comp), written=up)
+                rotate(self.root, self.keep, self.comp, written=up)
             except BaseException as e: self.error = (self.current, e)
             finally:
                 with self.cond: self.current = None; self.cond.notify_all()

@@ -25,3 +25,14 @@ def test_the_check_sees_a_cycle(tmp_path):
     g, fl, cycles, up = floors_of(tmp_path)
     assert cycles == [['a', 'b']] and fl['c'] == fl['a'] + 1
     assert {(a, b) for a, b, _ in up} == {('a', 'b'), ('b', 'a')}
+
+wspec = importlib.util.spec_from_file_location('walk', ROOT/'tools'/'walk.py')
+walk = importlib.util.module_from_spec(wspec); wspec.loader.exec_module(walk)
+
+def test_walk_of_a_save():
+    "`tools/walk.py` traces a real save from the callback's decision to the rename that commits it"
+    s = walk.summary(walk.walk_of_save())
+    assert s['path'][0] == 'checkpoint.CheckpointCallback.save' and s['path'][-1].startswith('commit.'), s['path']
+    assert s['path_modules'][:2] == ['checkpoint', 'saver'] and 'manifest' in s['path_modules'], s['path_modules']
+    assert 'upload' not in s['modules_entered'], f"a local save without a second tier enters upload: {s['modules_entered']}"
+    assert walk._returns(['a', 'b', 'a', 'c', 'c', 'b']) == ['a', 'b']
