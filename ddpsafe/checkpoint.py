@@ -341,28 +341,10 @@ def _resume(self:CheckpointCallback):
     load(skip=set(self.parts.names) - {'model'})   # the weights first: another model is refused by them, with its file named
     changed = check_setup(ck, state.get('setup'), self.setup, self.accept_changes)
     load(skip={'model'} | ({'optimizer'} if 'optimizer' in changed else set()))
-    self._restore(self.parts['position'].resumed, same_fit='fit' not in changed)
+    at = self.parts['position'].resumed
+    self.fit_steps = at.get('fit_steps', at['train_iter'])
+    self.steps_before, self.last_pos = at['global_step'] - self.fit_steps, (at['global_step'], at['epoch_done'])
+    arm_resume(self.learn, self.parts, at, same_fit='fit' not in changed)   # the loops go on from there ([resume](resume.html))
     if is_main():
         print(resume_message(ck, state, self.n_epoch, len(self.dls.train)))
         if state['world_size'] != world(): print(world_change_message(ck, state))
-
-# %% ../nbs/08_checkpoint.ipynb #1c3ca86b
-@patch
-def _restore(self:CheckpointCallback, state:dict, same_fit:bool=True):
-    "Arm the loops to go on from the checkpoint's position; the parts take their state at the resume point"
-    self.fit_steps = state.get('fit_steps', state['train_iter'])
-    self.steps_before = state['global_step'] - self.fit_steps
-    self.last_pos = (state['global_step'], state['epoch_done'])
-    self.learn.train_iter = state['train_iter']
-    run = run_state(self.learn)
-    parts = self.parts
-    if state['epoch_done']: run.start_epoch, run.at_start = state['epoch'] + 1, lambda: parts.event('at_resume_point')
-    else:
-        n_iter = len(self.dls.train)   # a changed fit or epoch length: where the same batch falls in its schedule
-        exact = same_fit and state.get('train_batches', n_iter) == n_iter
-        pct = state['pct_train'] if exact else (state['epoch'] + state['iter']/n_iter) / self.n_epoch
-        def at_resume_point():
-            self.learn.pct_train, self.learn.train_iter = pct, state['train_iter']
-            parts.event('at_resume_point')
-        drop = 0 if any(getattr(p, 'resumes_itself', False) for p in self.parts) else state['iter']
-        run.start_epoch, run.skip = state['epoch'], (state['iter'], drop, at_resume_point)

@@ -25,10 +25,10 @@ from .patching import fastai_stock, patch_fastai, once_a_process
 from .parts import *
 
 # %% auto #0
-__all__ = ['ROLLED_BACK', 'step_lock', 'RunState', 'run_state', 'model_signature', 'optimizer_signature', 'fit_method',
-           'fit_signature', 'setup_signature', 'setup_changes', 'choose_checkpoint', 'read_checkpoint_file',
-           'chosen_checkpoint', 'check_setup', 'resume_message', 'position_in', 'world_change_message',
-           'claim_checkpoints']
+__all__ = ['ROLLED_BACK', 'step_lock', 'RunState', 'run_state', 'arm_resume', 'model_signature', 'optimizer_signature',
+           'fit_method', 'fit_signature', 'setup_signature', 'setup_changes', 'choose_checkpoint',
+           'read_checkpoint_file', 'chosen_checkpoint', 'check_setup', 'resume_message', 'position_in',
+           'world_change_message', 'claim_checkpoints']
 
 # %% ../nbs/07e_resume.ipynb #9f2b6736
 _locks = once_a_process('step_locks', weakref.WeakKeyDictionary)   # one per process, however often this runs
@@ -110,6 +110,24 @@ def learner_all_batches(self):
             if i == done-1: at_resume_point()
             continue
         self.one_batch(i, b)
+
+# %% ../nbs/07e_resume.ipynb #4667f01f
+def arm_resume(learn:Learner,       # The learner whose `fit` begins
+               parts,               # The registry (`TrainingState`): its parts get `at_resume_point` right before the resumed batch
+               state:dict,          # The checkpoint's position (`PositionState.resumed`)
+               same_fit:bool=True): # Is this fit the checkpoint's? Else the schedule goes on at the same fraction of the fit
+    "Arm fastai's loops to go on from the position `state`"
+    learn.train_iter = state['train_iter']
+    run = run_state(learn)
+    if state['epoch_done']: run.start_epoch, run.at_start = state['epoch'] + 1, lambda: parts.event('at_resume_point'); return
+    n_iter = len(learn.dls.train)   # a changed fit or epoch length: where the same batch falls in its schedule
+    exact = same_fit and state.get('train_batches', n_iter) == n_iter
+    pct = state['pct_train'] if exact else (state['epoch'] + state['iter']/n_iter) / learn.n_epoch
+    def at_resume_point():
+        learn.pct_train, learn.train_iter = pct, state['train_iter']
+        parts.event('at_resume_point')
+    drop = 0 if any(getattr(p, 'resumes_itself', False) for p in parts) else state['iter']
+    run.start_epoch, run.skip = state['epoch'], (state['iter'], drop, at_resume_point)
 
 # %% ../nbs/07e_resume.ipynb #28b6d383
 def _name(f) -> str:
