@@ -19,7 +19,7 @@ from .patching import fastai_stock, patch_fastai
 
 # %% auto #0
 __all__ = ['DECIDING_CALLBACKS', 'TRAINERS', 'fitting', 'training_fit', 'at_fit_end', 'CallbacksDiffer', 'deciding',
-           'trains_together', 'check_deciding_callbacks', 'patch_fastai']
+           'trains_together', 'check_deciding_callbacks', 'TrainingCallback', 'patch_fastai']
 
 # %% ../nbs/04_callbacks.ipynb #3c3b2095
 _all_ = ['patch_fastai']   # defined in `ddpsafe.patching`; still importable from here
@@ -94,6 +94,23 @@ def check_deciding_callbacks(learn:Learner, cbs=None): # The callbacks given to 
 def tracker_call(self, event_name):
     "fastai's event dispatch, inside a training `fit` only"
     if training_fit(self.learn): return Callback.__call__(self, event_name)
+
+# %% ../nbs/04_callbacks.ipynb #6c439960
+class TrainingCallback(Callback):
+    "A callback whose events run inside a training `fit` only, looked up on itself alone"
+    def __call__(self, event_name):
+        "Run the event inside a training `fit` only"
+        if callable(event := _own_event(self, event_name)) and training_fit(self.learn): return event()
+
+    def __setattr__(self, name, value):
+        "Set an attribute; fastai's check that it does not shadow the learner's only the first time"
+        if name in vars(self): object.__setattr__(self, name, value)
+        else: super().__setattr__(name, value)
+
+def _own_event(cb, name:str):
+    "`cb`'s method for event `name` (its class's, or its own attribute), or `None`; never asked of the learner"
+    if name in vars(cb): return vars(cb)[name]
+    return None if (f := getattr(type(cb), name, None)) is None else f.__get__(cb)
 
 # %% ../nbs/04_callbacks.ipynb #3084b4a2
 @patch_fastai('fastai.callback.tracker', 'TrackerCallback.after_epoch')

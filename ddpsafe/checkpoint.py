@@ -24,11 +24,10 @@ from .manifest import *
 from .preempt import StopRequests, REQUEUE_EXIT_CODE, POLL_SECONDS
 from .sharded import read_shard_index
 import ddpsafe.fsdp   # learn.fsdp_ctx
-from .callbacks import training_fit, at_fit_end
+from .callbacks import TrainingCallback, at_fit_end
 from .parts import *
 from .parts import _plain
 from .shards import *
-from .shards import _together
 from .upload import *
 from .saver import *   # how a checkpoint is written and kept
 from .resume import *   # what a resume stands on: `from ddpsafe.checkpoint import run_state` still works
@@ -41,7 +40,7 @@ __all__ = ['CheckpointCallback', 'exit_quickly']
 _CHANGES = ('model', 'optimizer', 'fit', 'parts')
 _NOT_ASKED = dict(save=False, stop=False, signal=False, timer=False)
 
-class CheckpointCallback(Callback):
+class CheckpointCallback(TrainingCallback):
     "Save the whole training state, and resume from it"
     order = 65   # after the recorder, the schedulers and the trackers have seen the batch or epoch
     def __init__(self,
@@ -74,23 +73,6 @@ class CheckpointCallback(Callback):
         for name, o in (extra or {}).items(): UserState(name, o)     # refuse an object without state now, not at the first save
         self.stops = self.saver = self.parts = self.claim = self.far_claim = self.fit_dls = self.storage = None
 
-# %% ../nbs/08_checkpoint.ipynb #812d6eee
-@patch
-def __call__(self:CheckpointCallback, event_name):
-    "Run the event inside a training `fit` only"
-    if callable(event := _own_event(self, event_name)) and training_fit(self.learn): return event()
-
-def _own_event(cb, name:str):
-    "`cb`'s method for event `name` (its class's, or its own attribute), or `None`; never asked of the learner"
-    if name in vars(cb): return vars(cb)[name]
-    return None if (f := getattr(type(cb), name, None)) is None else f.__get__(cb)
-
-@patch
-def __setattr__(self:CheckpointCallback, name, value):
-    "Set an attribute; fastai's check that it does not shadow the learner's only the first time"
-    if name in vars(self): object.__setattr__(self, name, value)
-    else: super(CheckpointCallback, self).__setattr__(name, value)
-
 # %% ../nbs/08_checkpoint.ipynb #b8364e91
 @patch
 def before_fit(self:CheckpointCallback):
@@ -107,7 +89,7 @@ def before_fit(self:CheckpointCallback):
     self.far_claim = claim_checkpoints(self.root) if self.local else None    # `path` too: its owner, or a probe that it can be written
     self.fit_idx, run.fits = run.fits, run.fits + 1
     self.steps_before, self.fit_steps, self.setup = run.steps, 0, setup_signature(self.learn)
-    self.parts = TrainingState(self.learn, self.extra, header=[PositionState(self.learn, self)])   # the position: where the loops are, and this callback's step counts
+    self.parts = TrainingState(self.learn, self.extra, header=[PositionState(self.learn, self), SetupState(self.setup)])   # where the loops are, and the run's facts
     here = self.local_root.absolute() if self.local_root is not None else self.storage.absolute(self.root)   # where that is, in full
     where = f'ddpsafe: checkpoints in {here}' + (f', uploaded to {self.root}' if self.local else '')
     if is_main() and where not in run.said: run.said.add(where); print(where)
@@ -119,7 +101,7 @@ def before_fit(self:CheckpointCallback):
     sharded = in_shards_to(self.model, self.local_root or self.root, self.storage.local)
     self.saver = Saver(self.local_root or self.root, storage_for(self.local_root) if self.local else self.storage, self.keep, self.comp, self.claim,
                        self.async_save, sharded, Uploader(self.root, self.keep, self.comp) if self.local and is_main() else None,
-                       self._memory_tier(sharded))   # how this fit writes and keeps, chosen once
+                       fit_memory_tier(self.memory_every_steps, self.root, self.memory_path, self.learn.path, self.memory_keep, sharded))   # how this fit writes and keeps, chosen once
     self.stops = StopRequests(self.signals, self.local_root or self.root, self.save_switch, self.stop_switch, self.poll_seconds).install()
     if run.fits_left and run.stopped:
         self.skipped_fit = True
@@ -235,16 +217,6 @@ def _write_seconds(self:CheckpointCallback) -> float|None:
 from .memory import *
 CheckpointCallback.memory = property(lambda self: getattr(self.saver, 'memory', None), doc="The fit's memory tier, the saver's; `None` without one, before a fit, or once it failed")
 
-@patch
-def _memory_tier(self:CheckpointCallback, sharded:bool # Does this fit save its model in shards?
-                ):
-    "This fit's `MemoryTier` with `memory_every_steps` (its folder made on rank 0's node), or `None`"
-    if not self.memory_every_steps: return None
-    if sharded:
-        if is_main(): print('ddpsafe: memory_every_steps: this fit saves its sharded model in shards, which the memory tier does not hold: no memory tier')
-        return None
-    return MemoryTier(memory_folder(self.root, self.memory_path, self.learn.path), self.memory_every_steps, self.memory_keep)
-
 # %% ../nbs/08_checkpoint.ipynb #9a688c39
 @patch
 def after_batch(self:CheckpointCallback):
@@ -294,13 +266,11 @@ def save(self:CheckpointCallback,
     began = time.monotonic()   # what training waits for, from here: `every_seconds='auto'` weighs it
     if not memory: self.saver.settle()   # a memory save does not wait for the disk's write in flight
     elif not self.saver.memory_ready(pos['global_step']): return False   # nor for its own: skipped, nothing collected
-    header = dict(world_size=world(), setup=self.setup,
-                  versions=dict(torch=str(torch.__version__), fastai=fastai.__version__, ddpsafe=ddpsafe.__version__))
     meta = dict(epoch=pos['epoch'], iter=pos['iter'], epoch_done=pos['epoch_done'], fit=pos['fit'], reason=reason, stop=stop,
                 finished=finished, world_size=world(), monitor=self.monitor, comp=_name(self.comp),
                 metric=self._metric() if pos['epoch_done'] else None)
     with step_lock(self.learn): states, shards = self.parts.collect(sharded=self.saver.sharded)   # every rank, one step boundary
-    files = self.parts.contents(states, header)
+    files = self.parts.contents(states)
     meta['parts'] = self.parts.files_of(files)
     if memory: self.saver.save_memory(pos['global_step'], files, meta); return True
     self.saver.save(pos['global_step'], files, meta, shards)     # written as this fit chose: now or in the background, whole or in shards
@@ -330,17 +300,7 @@ def _resume(self:CheckpointCallback):
     if man.get('fit', 0) > self.fit_idx:
         self.skipped_fit = True
         raise CancelFitException()
-    state = position_in(read_checkpoint_file(ck, 'state.pt', man), len(self.dls.train), ck)
-    check_parts(ck, state.get('parts'), self.parts, self.accept_changes)
-    index = None
-    if in_shards(man):
-        check_shards_seen(ck, man)
-        index = _together(lambda: read_shard_index(ck))
-    read = lambda name, **kwargs: read_checkpoint_file(ck, name, man, **kwargs)
-    load = partial(self.parts.load, ck, read, state.get('parts', LEGACY_PARTS), set(man['files']), index=index, read_files={'state.pt': state})
-    load(skip=set(self.parts.names) - {'model'})   # the weights first: another model is refused by them, with its file named
-    changed = check_setup(ck, state.get('setup'), self.setup, self.accept_changes)
-    load(skip={'model'} | ({'optimizer'} if 'optimizer' in changed else set()))
+    state, changed = restore(ck, man, self.parts, self.setup, len(self.dls.train), self.accept_changes, shard_index(ck, man))
     at = self.parts['position'].resumed
     self.fit_steps = at.get('fit_steps', at['train_iter'])
     self.steps_before, self.last_pos = at['global_step'] - self.fit_steps, (at['global_step'], at['epoch_done'])

@@ -10,12 +10,12 @@ import os, shutil, getpass, tempfile
 from pathlib import Path
 import xxhash
 from fastcore.basics import patch
-from .core import on_main
+from .core import on_main, is_main
 from .commit import storage_for, discard, is_url
 from .manifest import *
 
 # %% auto #0
-__all__ = ['SHM', 'memory_folder', 'MemoryTier']
+__all__ = ['SHM', 'memory_folder', 'MemoryTier', 'fit_memory_tier']
 
 # %% ../nbs/07g_memory.ipynb #7a000006
 SHM = Path('/dev/shm')   # Linux's RAM-backed filesystem: node-local, outlives the processes, not the node
@@ -58,6 +58,21 @@ class MemoryTier:
     def due(self, steps:int) -> bool:
         "Is a memory checkpoint due after `steps` optimizer steps of the fit?"
         return steps > 0 and steps % self.every_steps == 0
+
+# %% ../nbs/07g_memory.ipynb #f187c8df
+def fit_memory_tier(every_steps:int|None, # `memory_every_steps`; `None`: no tier
+                    root,                 # The run's checkpoints folder (or URL): `memory_folder` names the tier's from it
+                    memory_path=None,     # A folder you name; `None`: one of this run's own in /dev/shm
+                    base=None,            # What a relative `memory_path` is relative to (`learn.path`)
+                    keep:int=2,           # How many of the newest to keep
+                    sharded:bool=False    # Does the fit save its model in shards?
+                   ) -> MemoryTier|None:
+    "A fit's `MemoryTier`, or `None`: none asked for, or a model saved in shards, which the tier does not hold (rank 0 says so)"
+    if not every_steps: return None
+    if sharded:
+        if is_main(): print('ddpsafe: memory_every_steps: this fit saves its sharded model in shards, which the memory tier does not hold: no memory tier')
+        return None
+    return MemoryTier(memory_folder(root, memory_path, base), every_steps, keep)
 
 # %% ../nbs/07g_memory.ipynb #7a00000c
 _said = set()   # the tiers rank 0 has described, in this process

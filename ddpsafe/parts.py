@@ -8,12 +8,13 @@ Docs: https://ddpsafe.github.io/ddpsafe/parts.html.md"""
 from __future__ import annotations
 import sys, random
 from pathlib import Path
-import numpy as np, torch, xxhash
+import numpy as np, torch, xxhash, fastai
 import torch.utils.data as tud
 from fastcore.basics import patch, listify
 from fastai.learner import Learner
 from fastai.optimizer import OptimWrapper
 from fastai.torch_core import get_model
+from . import __version__
 from .core import *
 from .io import writer_for
 from .snapshot import map_tensors
@@ -24,9 +25,9 @@ from .sharded import is_sharded, full_weights, load_full_weights, full_optimizer
 __all__ = ['PART_MAKERS', 'POSITION', 'LEGACY_PARTS', 'Part', 'register_part', 'model_weights', 'load_weights', 'rng_state',
            'set_rng_state', 'rank_rng_state', 'unknown_order', 'loader_kind', 'loader_name', 'loader_state',
            'set_loader_state', 'ModelState', 'OptimizerState', 'RecorderState', 'TrackerState', 'LoaderState',
-           'RNGState', 'loader_note', 'stop_persistent_workers', 'PositionState', 'ScalerState', 'scaler_part',
-           'state_digest', 'UserState', 'callback_parts', 'TrainingState', 'fitting', 'late_callbacks_note',
-           'checkpoint_writers', 'own_state', 'check_parts']
+           'RNGState', 'loader_note', 'stop_persistent_workers', 'PositionState', 'SetupState', 'ScalerState',
+           'scaler_part', 'state_digest', 'UserState', 'callback_parts', 'TrainingState', 'fitting',
+           'late_callbacks_note', 'checkpoint_writers', 'own_state', 'check_parts']
 
 # %% ../nbs/07b_parts.ipynb #7b000010
 class Part:
@@ -304,6 +305,16 @@ class PositionState(Part):
                     n_epoch=l.n_epoch, fit_steps=s.fit_steps, global_step=s.steps_before+s.fit_steps, fit=s.fit_idx, train_batches=len(l.dls.train))
     def load_state_dict(self, d:dict): self.resumed = {k: d[k] for k in POSITION if k in d}   # older checkpoints lack the newer entries
 
+# %% ../nbs/07b_parts.ipynb #e36b0a39
+class SetupState(Part):
+    "What the run was as it saved: its number of ranks, its setup (`setup_signature`), the versions of torch, fastai and ddpsafe"
+    header,when_missing = True,'refuse'
+    def __init__(self, setup:dict): # The fit's `setup_signature`
+        super().__init__('setup'); self.setup,self.saved = setup,None
+    def state_dict(self) -> dict:
+        return dict(world_size=world(), setup=self.setup, versions=dict(torch=str(torch.__version__), fastai=fastai.__version__, ddpsafe=__version__))
+    def load_state_dict(self, d:dict): self.saved = {k: d.get(k) for k in ('world_size', 'setup', 'versions')}   # `check_setup` compares the setups
+
 # %% ../nbs/07b_parts.ipynb #7b000022
 class ScalerState(Part):
     "The mixed-precision loss scaler `learn.scaler` of this fit: its scale and growth tracker"
@@ -371,7 +382,7 @@ class TrainingState:
     "The registry of one fit's training state: every part a checkpoint holds, in the order a resume loads them"
     def __init__(self, learn:Learner,  # The `Learner` of the fit
                  extra:dict|None=None, # Objects of yours to save too, by name
-                 header=()):           # Parts of `state.pt`'s header, first: the position (`PositionState`)
+                 header=()):           # Parts of `state.pt`'s header, first: the position (`PositionState`), the run's facts (`SetupState`)
         self.parts = {}
         for p in header: self.add(p)
         for make in PART_MAKERS:
@@ -435,12 +446,11 @@ def collect(self:TrainingState,
 
 @patch
 def contents(self:TrainingState,
-             states:dict, # What `collect` returned
-             header:dict  # What `state.pt` holds besides the parts: the world size, the setup...
+             states:dict # What `collect` returned
             ) -> dict:
     "Each file of a checkpoint, and what it holds: a whole part's state, or a dict of parts' states; the header parts' entries first in `state.pt`"
     top = {k: v for p in self if p.header for k, v in states[p.name].items()}
-    files = {'state.pt': dict(top, **header, parts=self.names)}
+    files = {'state.pt': dict(top, parts=self.names)}
     for p in self:
         s = states[p.name]
         if p.header: continue

@@ -7,6 +7,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/resume.html.md"""
 # %% ../nbs/07e_resume.ipynb #a6434cbf
 from __future__ import annotations
 import sys, errno, threading, weakref
+from functools import partial
 from pathlib import Path
 import numpy as np, torch
 from fastai.learner import Learner
@@ -28,7 +29,7 @@ from .parts import *
 __all__ = ['ROLLED_BACK', 'step_lock', 'RunState', 'run_state', 'arm_resume', 'model_signature', 'optimizer_signature',
            'fit_method', 'fit_signature', 'setup_signature', 'setup_changes', 'choose_checkpoint',
            'read_checkpoint_file', 'chosen_checkpoint', 'check_setup', 'resume_message', 'position_in',
-           'world_change_message', 'claim_checkpoints']
+           'world_change_message', 'restore', 'claim_checkpoints']
 
 # %% ../nbs/07e_resume.ipynb #9f2b6736
 _locks = once_a_process('step_locks', weakref.WeakKeyDictionary)   # one per process, however often this runs
@@ -295,6 +296,25 @@ def world_change_message(ck, state:dict, now:int|None=None) -> str:
     return (f'ddpsafe: {ck} was saved by {a} ranks and this run has {b}: the weights, optimizer state and schedule go on exactly; '
             f"a step now takes the batches of {b} rank{'s'*(b != 1)} instead of {a}, and the epochs' order is split anew over them"
             + (f'{new} from random streams derived from the saved ones' if new else ''))
+
+# %% ../nbs/07e_resume.ipynb #e4e31397
+def restore(ck:Path,           # The checkpoint a resume chose
+            man:dict,          # Its manifest
+            parts,             # The fit's registry (`TrainingState`): every part it holds is loaded from `ck`
+            setup:dict,        # This fit's `setup_signature`
+            n_batches:int,     # Training batches an epoch has in this run, per rank
+            accept_changes=(), # What may differ on purpose: any of 'model', 'optimizer', 'fit', 'parts'
+            index=None         # Its shard index (`shard_index`) when it is in shards
+           ) -> tuple:
+    "Load checkpoint `ck` into `parts`, the weights first: its `state.pt`, at this run's epoch length, and what changed on purpose; collective"
+    state = position_in(read_checkpoint_file(ck, 'state.pt', man), n_batches, ck)
+    check_parts(ck, state.get('parts'), parts, accept_changes)
+    read = lambda name, **kwargs: read_checkpoint_file(ck, name, man, **kwargs)
+    load = partial(parts.load, ck, read, state.get('parts', LEGACY_PARTS), set(man['files']), index=index, read_files={'state.pt': state})
+    load(skip=set(parts.names) - {'model'})   # the weights first: another model is refused by them, with its file named
+    changed = check_setup(ck, state.get('setup'), setup, accept_changes)
+    load(skip={'model'} | ({'optimizer'} if 'optimizer' in changed else set()))
+    return state, changed
 
 # %% ../nbs/07e_resume.ipynb #4eb33bd5
 def claim_checkpoints(root:Path):

@@ -22,6 +22,8 @@ from .upload import Uploader
 __all__ = ['write_in_shards', 'ranks_not_seeing', 'Saver', 'in_shards_to']
 
 # %% ../nbs/07f_saver.ipynb #7f000006
+def _call(f, *args): return f(*args)
+
 def _attempt(f) -> tuple:
     "(`f()`, []), or (`None`, what went wrong, rank by rank)"
     try: return f(), []
@@ -85,7 +87,7 @@ class Saver:
         self.memory_writer, self.memory_buffers = (AsyncWriter(), StateBuffers()) if memory is not None else (None, None)   # the memory tier's own
         self.memory_step, self.memory_skipped = None, False   # the memory write in flight; has a memory save been skipped this fit?
         if sharded and async_save and coordinating(): side_group('write')   # every rank's writer thread talks on it
-        self.write = partial(self._write_shards, background=async_save) if sharded else self._commit if async_save else partial(on_main, self._commit)
+        self.write = partial(self._write_shards, background=async_save) if sharded else self._commit if async_save else partial(self._commit, on=on_main)
 
     def save(self, step:int, # Optimizer steps done: the checkpoint's name
              files:dict,     # Rank 0's files: name -> what it holds (`checkpoint_writers` makes the writers)
@@ -97,10 +99,10 @@ class Saver:
         files, shards = self.buffers.copy((files if is_main() else {}, shards))
         self.writer.submit(lambda: self.write(step, files, meta, shards))
 
-    def _commit(self, step:int, files:dict, meta:dict, shards=None) -> Path:
-        "Rank 0: write the checkpoint whole (a whole model has no shards), then keep"
-        self.claim.check()
-        return self._rotate(write_checkpoint(self.root, step, checkpoint_writers(files), meta, self.storage))
+    def _commit(self, step:int, files:dict, meta:dict, shards=None, on=_call) -> Path:
+        "Rank 0 writes the checkpoint whole (a whole model has no shards), then keeps; through `on_main` when every rank calls it"
+        on(self.claim.check)
+        return on(self._rotate, on(write_checkpoint, self.root, step, checkpoint_writers(files), meta, self.storage))
 
     def _write_shards(self, step:int, files:dict, meta:dict, shards:dict, background:bool=False) -> Path:
         "Every rank writes its shards, rank 0 the rest; then rank 0 keeps (in the background: on the writers' own group)"

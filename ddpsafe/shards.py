@@ -19,7 +19,7 @@ from .learner import CheckpointMismatch
 from .parts import ModelState, OptimizerState, _tied
 
 # %% auto #0
-__all__ = ['shard_state', 'in_shards', 'check_shards_seen', 'load_weight_shards', 'load_optimizer_shards']
+__all__ = ['shard_state', 'in_shards', 'check_shards_seen', 'shard_index', 'load_weight_shards', 'load_optimizer_shards']
 
 # %% ../nbs/07c_shards.ipynb #2c909442
 @patch
@@ -70,6 +70,12 @@ def check_shards_seen(ck:Path, man:dict):
         return out
     if errs := [p for ps in all_ranks(problems()) for p in ps]:
         raise CorruptCheckpoint(f'{ck}: ' + '; '.join(errs) + '; a sharded checkpoint must be in a folder every rank sees, unchanged since it was saved')
+
+def shard_index(ck:Path, man:dict):
+    "Checkpoint `ck`'s shard index, read on every rank once every rank sees its shards; `None` for a whole checkpoint; collective"
+    if not in_shards(man): return None
+    check_shards_seen(ck, man)
+    return _together(lambda: read_shard_index(ck))
 
 def load_weight_shards(model, # The model, sharded or not
                        ck:Path, # A checkpoint in shards
