@@ -6,23 +6,14 @@ Docs: https://ddpsafe.github.io/ddpsafe/checkpoint.html.md"""
 
 # %% ../nbs/08_checkpoint.ipynb #b489a2a4
 from __future__ import annotations
-import gc, time, atexit, random, signal, warnings, contextlib
+import gc, time, atexit, signal, warnings
 from functools import partial
-from pathlib import Path
-import numpy as np, torch
-import torch.utils.data as tud
-import safetensors.torch as st
+import numpy as np
 from fastcore.basics import patch, store_attr
-import fastai
-from fastai.learner import Learner
-from fastai.callback.core import Callback, CancelFitException
-import ddpsafe
+from fastai.callback.core import CancelFitException
 from .core import *
-from .io import prepare_dir
-from .commit import storage_for, as_path
 from .manifest import *
 from .preempt import StopRequests, REQUEUE_EXIT_CODE, POLL_SECONDS
-from .sharded import read_shard_index
 import ddpsafe.fsdp   # learn.fsdp_ctx
 from .callbacks import TrainingCallback, at_fit_end
 from .parts import *
@@ -71,47 +62,39 @@ class CheckpointCallback(TrainingCallback):
         self.accept_changes = {accept_changes} if isinstance(accept_changes, str) else set(accept_changes)
         if unknown := self.accept_changes - set(_CHANGES): raise ValueError(f'accept_changes: {sorted(unknown)} not among {_CHANGES}')
         for name, o in (extra or {}).items(): UserState(name, o)     # refuse an object without state now, not at the first save
-        self.stops = self.saver = self.parts = self.claim = self.far_claim = self.fit_dls = self.storage = None
+        self.stops = self.saver = self.parts = self.fit_dls = None
 
 # %% ../nbs/08_checkpoint.ipynb #b8364e91
 @patch
 def before_fit(self:CheckpointCallback):
     "Claim the folder, start this fit's helpers, resume"
     run = run_state(self.learn)
-    self.storage = storage_for(self.path, self.storage_options)    # chosen once: a local folder or object storage
-    self.root = prepare_dir(self.storage.resolve(self.path, self.learn.path))   # a relative `path` is relative to `learn.path`
-    self.local_root = prepare_dir(Path(self.learn.path)/self.local) if self.local else None
-    if self.local_root is not None and self.storage.local and self.local_root.resolve() == self.root.resolve():
-        raise ValueError(f'{self.local_root}: `local` and `path` are the same folder; `local` is a second, faster one')
     self.fit_dls = self.learn.dls
     at_fit_end(self.learn, self._close)
-    self.claim = claim_checkpoints(self.local_root or self.root)
-    self.far_claim = claim_checkpoints(self.root) if self.local else None    # `path` too: its owner, or a probe that it can be written
+    say = partial(_say_once, run)
+    self.saver = fit_saver(self.path, self.learn.path, self.model, self.keep, self.comp, self.async_save, self.local, self.storage_options,
+                           self.memory_every_steps, self.memory_path, self.memory_keep, say)   # how this fit writes and keeps, chosen once
     self.fit_idx, run.fits = run.fits, run.fits + 1
     self.steps_before, self.fit_steps, self.setup = run.steps, 0, setup_signature(self.learn)
     self.parts = TrainingState(self.learn, self.extra, header=[PositionState(self.learn, self), SetupState(self.setup)])   # where the loops are, and the run's facts
-    here = self.local_root.absolute() if self.local_root is not None else self.storage.absolute(self.root)   # where that is, in full
-    where = f'ddpsafe: checkpoints in {here}' + (f', uploaded to {self.root}' if self.local else '')
-    if is_main() and where not in run.said: run.said.add(where); print(where)
-    if is_main() and (note := late_callbacks_note(self.parts, self.order)) and note not in run.said: run.said.add(note); print(note)
-    if is_main() and (note := loader_note(self.dls.train)) and note not in run.said: run.said.add(note); print(note)
+    say(late_callbacks_note(self.parts, self.order)); say(loader_note(self.dls.train))
     self.last_pos, self.stopped_by, self.skipped_fit, self.ran_epoch = None, None, False, False
     self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(_NOT_ASKED), False, False, False
     self.last_save, self.timer_raised, self.saved_stop = time.monotonic(), False, False
-    sharded = in_shards_to(self.model, self.local_root or self.root, self.storage.local)
-    self.saver = Saver(self.local_root or self.root, storage_for(self.local_root) if self.local else self.storage, self.keep, self.comp, self.claim,
-                       self.async_save, sharded, Uploader(self.root, self.keep, self.comp) if self.local and is_main() else None,
-                       fit_memory_tier(self.memory_every_steps, self.root, self.memory_path, self.learn.path, self.memory_keep, sharded))   # how this fit writes and keeps, chosen once
-    self.stops = StopRequests(self.signals, self.local_root or self.root, self.save_switch, self.stop_switch, self.poll_seconds).install()
+    self.stops = StopRequests(self.signals, self.saver.root, self.save_switch, self.stop_switch, self.poll_seconds).install()
     if run.fits_left and run.stopped:
         self.skipped_fit = True
         raise CancelFitException()      # a stop request ended an earlier fit of this `fine_tune`: the rest waits for the resume
     if self.resume is not False and self.resume is not None: self._resume()
-    history = self.local_root if self.local_root is not None else self.root if self.storage.local else None   # object storage: no append
+    history = self.saver.root if self.saver.storage.local else None   # object storage: no append
     self.timer = SaveTimer(self.every_seconds, history, is_main(), self.async_save)   # after the resume: the time a restart takes includes it
     if self.timer.launch is not None: at_fit_end(self.learn, self._launch_ended)       # an exception ends the fit: recorded as it closes
 
 # %% ../nbs/08_checkpoint.ipynb #26d2d96a
+def _say_once(run, note:str|None):
+    "Rank 0 prints `note`, once a run"
+    if is_main() and note and note not in run.said: run.said.add(note); print(note)
+
 def exit_quickly(code:int # The exit status
                 ):
     "Raise `SystemExit(code)`, with the interpreter's teardown made quick: the collector skips what exists at exit"
@@ -143,10 +126,8 @@ def _close(self:CheckpointCallback):
     "Release what this fit opened, however it ended"
     if self.saver is not None: self.saver.close()        # the signals still only raise a flag meanwhile
     if self.stops is not None: self.stops.uninstall(wait=False)
-    for c in (self.claim, self.far_claim):
-        if c is not None: c.release()                    # rank 0's; the other ranks hold inactive copies
     for dl in self.fit_dls.loaders: stop_persistent_workers(dl)   # `self.learn` is gone: fastai removed this callback
-    self.stops = self.saver = self.parts = self.claim = self.far_claim = self.fit_dls = self.storage = None
+    self.stops = self.saver = self.parts = self.fit_dls = None
 
 # %% ../nbs/08_checkpoint.ipynb #15ff5112
 @patch
@@ -192,13 +173,6 @@ def save_reason(self:CheckpointCallback, asked:dict # The agreed requests: `save
     if self.every_steps and self.fit_steps % self.every_steps == 0: return 'steps'
     return None
 
-# %% ../nbs/08_checkpoint.ipynb #51864def
-@patch
-def _stop(self:CheckpointCallback, asked:dict): # The agreed requests, with `stop` set
-    "Record who stopped the run, and say where"
-    self.stopped_by, run_state(self.learn).stopped = 'signal' if asked['signal'] else 'switch', True
-    if is_main(): print(f'ddpsafe: stopping at step {self.steps_before+self.fit_steps} after a {self.stopped_by}; checkpoint saved in {self.local_root or self.root}')
-
 # %% ../nbs/08_checkpoint.ipynb #7378cdb3
 from .interval import *
 CheckpointCallback.timer = SaveTimer(None)   # before a fit: no timed saves
@@ -237,6 +211,13 @@ def after_batch(self:CheckpointCallback):
     if asked['stop']:
         self._stop(asked)
         raise CancelFitException()
+
+# %% ../nbs/08_checkpoint.ipynb #51864def
+@patch
+def _stop(self:CheckpointCallback, asked:dict): # The agreed requests, with `stop` set
+    "Record who stopped the run, and say where"
+    self.stopped_by, run_state(self.learn).stopped = 'signal' if asked['signal'] else 'switch', True
+    if is_main(): print(f'ddpsafe: stopping at step {self.steps_before+self.fit_steps} after a {self.stopped_by}; checkpoint saved in {self.saver.root}')
 
 # %% ../nbs/08_checkpoint.ipynb #a54cb7c6
 @patch
@@ -291,7 +272,7 @@ def _metric(self:CheckpointCallback):
 def _resume(self:CheckpointCallback):
     "Load this fit's newest checkpoint and go on from it"
     memory = self.saver.settle_memory()   # its write in flight done first
-    roots = list(filter(None, (self.local_root, self.root, memory and memory.folder)))   # the memory tier last: a tie goes to the disk's
+    roots = list(filter(None, (self.saver.root, self.saver.far, memory and memory.folder)))   # the memory tier last: a tie goes to the disk's
     ck, man, skipped = on_main(choose_checkpoint, *roots) if self.resume is True else on_main(chosen_checkpoint, self.resume, roots, self.learn.path)
     for p, why in skipped: warnings.warn(f'ddpsafe: skipping checkpoint {p}: {"; ".join(why)}')
     if memory is not None and is_main() and (note := memory.resume_note(ck, skipped)): print(note)

@@ -18,7 +18,6 @@ from .core import *
 from .io import safe_load, UnsafePickleError
 from .commit import storage_for, as_path
 from .manifest import *
-from .owner import claim_folder
 from .snapshot import StateBuffers
 from .sharded import full_optimizer_state
 from .learner import fastai_safe_globals, CheckpointMismatch
@@ -29,7 +28,7 @@ from .parts import *
 __all__ = ['ROLLED_BACK', 'step_lock', 'RunState', 'run_state', 'arm_resume', 'model_signature', 'optimizer_signature',
            'fit_method', 'fit_signature', 'setup_signature', 'setup_changes', 'choose_checkpoint',
            'read_checkpoint_file', 'chosen_checkpoint', 'check_setup', 'resume_message', 'position_in',
-           'world_change_message', 'restore', 'claim_checkpoints']
+           'world_change_message', 'restore']
 
 # %% ../nbs/07e_resume.ipynb #9f2b6736
 _locks = once_a_process('step_locks', weakref.WeakKeyDictionary)   # one per process, however often this runs
@@ -315,13 +314,3 @@ def restore(ck:Path,           # The checkpoint a resume chose
     changed = check_setup(ck, state.get('setup'), setup, accept_changes)
     load(skip={'model'} | ({'optimizer'} if 'optimizer' in changed else set()))
     return state, changed
-
-# %% ../nbs/07e_resume.ipynb #4eb33bd5
-def claim_checkpoints(root:Path):
-    "Claim `root` for this run, on rank 0"
-    try: return on_main(claim_folder, root)
-    except OSError as e:
-        if e.strerror is None: raise       # `FolderInUse`, with its own message
-        raise OSError(e.errno, f'{root}: cannot write in this checkpoints folder ({e.strerror}); a run must own its folder '
-                      'to save, rotate and clean it up. The checkpoints in it are unchanged: make it writable, or give '
-                      '`CheckpointCallback` another `path`') from e

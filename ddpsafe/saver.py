@@ -7,11 +7,15 @@ Docs: https://ddpsafe.github.io/ddpsafe/saver.html.md"""
 # %% ../nbs/07f_saver.ipynb #7f000002
 from __future__ import annotations
 import uuid, errno, warnings, contextlib
+import numpy as np
 from functools import partial
 from pathlib import Path
 from fastcore.basics import patch, store_attr
 from .core import *
-from .commit import as_path, commit_file
+from .commit import as_path, commit_file, storage_for
+from .io import prepare_dir
+from .owner import claim_checkpoints
+from .memory import fit_memory_tier
 from .manifest import *
 from .snapshot import StateBuffers, AsyncWriter
 from .sharded import is_sharded, write_shards, dcp_error, _failures
@@ -19,7 +23,7 @@ from .parts import checkpoint_writers
 from .upload import Uploader
 
 # %% auto #0
-__all__ = ['write_in_shards', 'ranks_not_seeing', 'Saver', 'in_shards_to']
+__all__ = ['write_in_shards', 'ranks_not_seeing', 'Saver', 'in_shards_to', 'fit_saver']
 
 # %% ../nbs/07f_saver.ipynb #7f000006
 def _call(f, *args): return f(*args)
@@ -81,7 +85,9 @@ class Saver:
                  async_save:bool=False, # Copy at the step boundary, write in a background thread
                  sharded:bool=False,    # Does every rank write its own shards? (`in_shards_to`)
                  uploader:Uploader|None=None, # Rank 0's: copies each committed checkpoint to a second tier, which keeps its own newest and best
-                 memory=None):   # The fit's `MemoryTier` ([memory](memory.html)): a checkpoint every few steps in node-local RAM, written in the background; `None`: none
+                 memory=None,    # The fit's `MemoryTier` ([memory](memory.html)): a checkpoint every few steps in node-local RAM, written in the background; `None`: none
+                 far=None,       # `path`'s folder when `root` is the `local` one: where the uploads go, and where a resume looks too
+                 far_claim=None):# `far`'s `FolderClaim`, released with `claim` as the saver closes
         store_attr()
         self.writer, self.buffers = (AsyncWriter(), StateBuffers()) if async_save else (None, None)
         self.memory_writer, self.memory_buffers = (AsyncWriter(), StateBuffers()) if memory is not None else (None, None)   # the memory tier's own
@@ -129,12 +135,14 @@ def settle(self:Saver):
 # %% ../nbs/07f_saver.ipynb #7f00001c
 @patch
 def close(self:Saver):
-    "Release the writer and the uploader, however the fit ended"
+    "Release the writers, the uploader and the claims, however the fit ended"
     if self.writer is not None and (err := self.writer.close()) is not None:   # the signals still only raise a flag meanwhile
         warnings.warn(f'ddpsafe: the background checkpoint write failed too: {err}')
     if self.memory_writer is not None and (err := self.memory_writer.close()) is not None:   # a crash's newest memory checkpoint, for the restart
         warnings.warn(f'ddpsafe: the memory tier {self.memory.folder} could not be written ({err}); its earlier checkpoints are unchanged')
     if self.uploader is not None: self.uploader.close()  # after an error: the upload in flight ends in the background
+    for c in (self.claim, self.far_claim):
+        if c is not None: c.release()                    # rank 0's; the other ranks hold inactive copies
 
 # %% ../nbs/07f_saver.ipynb #7f000016
 @patch
@@ -229,3 +237,38 @@ def in_shards_to(model,       # The fit's model
     if is_main(): print(f'ddpsafe: rank{"s"*(len(blind)>1)} {", ".join(map(str, blind))} {"do" if len(blind)>1 else "does"} not see {folder}: '
                         "this fit's checkpoints are gathered whole to rank 0, not written in shards by every rank")
     return False
+
+# %% ../nbs/07f_saver.ipynb #c94799c0
+def fit_saver(path,                  # A folder (relative to `base`), or a URL such as `s3://bucket/run`
+              base,                  # What a relative folder is relative to: `learn.path`
+              model,                 # The fit's model: whole, or sharded by FSDP2
+              keep:int=3,            # Keep the newest this many complete checkpoints, and the best one
+              comp=np.less,          # `np.less` or `np.greater`: which metric is the best
+              async_save:bool=False, # Copy at the step boundary, write in a background thread
+              local=None,            # A fast local folder (relative to `base`): commit there first, upload to `path` in the background
+              storage_options=None,  # For a URL `path`: fsspec's options
+              memory_every_steps=None, # A checkpoint every this many steps in the memory tier too; `None`: no memory tier
+              memory_path=None,      # The memory tier's folder; `None`: one of this run's own in /dev/shm
+              memory_keep:int=2,     # The memory tier keeps its newest this many
+              say=print              # Rank 0 says with it where the checkpoints go, first
+             ) -> Saver:
+    "The fit's `Saver`: its storage, its folders made and claimed, whole or in shards, its tiers; collective"
+    storage = storage_for(path, storage_options)     # a local folder or object storage
+    far = prepare_dir(storage.resolve(path, base))
+    near = prepare_dir(Path(base)/local) if local else None
+    if near is not None and storage.local and near.resolve() == far.resolve():
+        raise ValueError(f'{near}: `local` and `path` are the same folder; `local` is a second, faster one')
+    root, claims = near or far, []
+    try:
+        claims.append(claim_checkpoints(root))
+        if local: claims.append(claim_checkpoints(far))   # `path` too: its owner, or a probe that it can be written
+        commits = storage_for(root) if local else storage   # the storage of `root`
+        if is_main(): say(f'ddpsafe: checkpoints in {commits.absolute(root)}' + (f', uploaded to {far}' if local else ''))
+        sharded = in_shards_to(model, root, storage.local)
+        return Saver(root, commits, keep, comp, claims[0], async_save, sharded,
+                     Uploader(far, keep, comp) if local and is_main() else None,
+                     fit_memory_tier(memory_every_steps, far, memory_path, base, memory_keep, sharded),
+                     far if local else None, claims[1] if local else None)
+    except BaseException:
+        for c in claims: c.release()
+        raise
