@@ -22,10 +22,13 @@ def _stack(frame) -> list:
         frame = frame.f_back
     return out[::-1]
 
+_HOOKS = ('__setattr__', '__getattr__')   # attribute hooks (`TrainingCallback.__setattr__`): not counted
+
 def trace(f):
     "Run `f()`; its calls from one of ddpsafe's modules into another, and ddpsafe's stack when a checkpoint folder is committed"
     calls, commits = [], []
     def profile(frame, event, arg):
+        if event == 'call' and frame.f_code.co_name in _HOOKS: return   # setting an attribute: not a step of the save
         if event == 'call' and (m := _mod(frame)) is not None and (c := _mod(frame.f_back)) is not None and c != m:
             calls.append((c, m, frame.f_code.co_qualname))     # made by ddpsafe's code (not torch calling a file of ours)
         elif event == 'c_call' and getattr(arg, '__name__', '') == 'replace' and _mod(frame) == 'commit' \
