@@ -21,6 +21,8 @@ from .parts import _plain
 from .shards import *
 from .upload import *
 from .saver import *   # how a checkpoint is written and kept
+from .interval import *   # when a timed save is due
+from .memory import *   # the memory tier
 from .resume import *   # what a resume stands on: `from ddpsafe.checkpoint import run_state` still works
 from .resume import _name
 
@@ -129,6 +131,19 @@ def _close(self:CheckpointCallback):
     for dl in self.fit_dls.loaders: stop_persistent_workers(dl)   # `self.learn` is gone: fastai removed this callback
     self.stops = self.saver = self.parts = self.fit_dls = None
 
+# %% ../nbs/08_checkpoint.ipynb #7378cdb3
+CheckpointCallback.timer = SaveTimer(None)   # before a fit: no timed saves
+
+@patch
+def _launch_ended(self:CheckpointCallback, ended:bool=False): # Did the fit reach `after_fit`? Else an exception ended it
+    "Rank 0, with `every_seconds='auto'`: record how this launch ended in the folder's history"
+    self.timer.ended({'signal': 'preempted', 'switch': 'stopped'}.get(self.stopped_by, 'finished') if ended else 'error', self._write_seconds())
+
+@patch
+def _write_seconds(self:CheckpointCallback) -> float|None:
+    "How long this fit's last background write took; `None` without one"
+    return getattr(getattr(self.saver, 'writer', None), 'seconds', None)
+
 # %% ../nbs/08_checkpoint.ipynb #15ff5112
 @patch
 def before_epoch(self:CheckpointCallback):
@@ -173,22 +188,7 @@ def save_reason(self:CheckpointCallback, asked:dict # The agreed requests: `save
     if self.every_steps and self.fit_steps % self.every_steps == 0: return 'steps'
     return None
 
-# %% ../nbs/08_checkpoint.ipynb #7378cdb3
-from .interval import *
-CheckpointCallback.timer = SaveTimer(None)   # before a fit: no timed saves
-
-@patch
-def _launch_ended(self:CheckpointCallback, ended:bool=False): # Did the fit reach `after_fit`? Else an exception ended it
-    "Rank 0, with `every_seconds='auto'`: record how this launch ended in the folder's history"
-    self.timer.ended({'signal': 'preempted', 'switch': 'stopped'}.get(self.stopped_by, 'finished') if ended else 'error', self._write_seconds())
-
-@patch
-def _write_seconds(self:CheckpointCallback) -> float|None:
-    "How long this fit's last background write took; `None` without one"
-    return getattr(getattr(self.saver, 'writer', None), 'seconds', None)
-
 # %% ../nbs/08_checkpoint.ipynb #7e000002
-from .memory import *
 CheckpointCallback.memory = property(lambda self: getattr(self.saver, 'memory', None), doc="The fit's memory tier, the saver's; `None` without one, before a fit, or once it failed")
 
 # %% ../nbs/08_checkpoint.ipynb #9a688c39
