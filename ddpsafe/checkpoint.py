@@ -17,7 +17,6 @@ from .preempt import StopRequests, REQUEUE_EXIT_CODE, POLL_SECONDS
 import ddpsafe.fsdp   # learn.fsdp_ctx
 from .callbacks import TrainingCallback, at_fit_end
 from .parts import *
-from .parts import _plain
 from .shards import *
 from .upload import *
 from .saver import *   # how a checkpoint is written and kept
@@ -249,7 +248,7 @@ def save(self:CheckpointCallback,
     elif not self.saver.memory_ready(pos['global_step']): return False   # nor for its own: skipped, nothing collected
     meta = dict(epoch=pos['epoch'], iter=pos['iter'], epoch_done=pos['epoch_done'], fit=pos['fit'], reason=reason, stop=stop,
                 finished=finished, world_size=world(), monitor=self.monitor, comp=_name(self.comp),
-                metric=self._metric() if pos['epoch_done'] else None)
+                metric=recorded(self.learn, self.monitor) if pos['epoch_done'] else None)
     with step_lock(self.learn): states, shards = self.parts.collect(sharded=self.saver.sharded)   # every rank, one step boundary
     files = self.parts.contents(states)
     meta['parts'] = self.parts.files_of(files)
@@ -258,14 +257,6 @@ def save(self:CheckpointCallback,
     self.last_pos, self.last_save, self.saved_stop = (pos['global_step'], pos['epoch_done']), time.monotonic(), stop
     self.timer.saved(self.last_save - began, self._write_seconds())
     return True
-
-# %% ../nbs/08_checkpoint.ipynb #6e290e7f
-@patch
-def _metric(self:CheckpointCallback):
-    "Rank 0's monitored value of the last epoch"
-    names = list(self.learn.recorder.metric_names[1:])
-    if self.monitor not in names or not self.learn.recorder.values: return None
-    return _plain(self.learn.recorder.values[-1][names.index(self.monitor)])
 
 # %% ../nbs/08_checkpoint.ipynb #f0683fc8
 @patch

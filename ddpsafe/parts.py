@@ -24,9 +24,9 @@ from .sharded import is_sharded, full_weights, load_full_weights, full_optimizer
 # %% auto #0
 __all__ = ['PART_MAKERS', 'POSITION', 'LEGACY_PARTS', 'Part', 'register_part', 'model_weights', 'load_weights', 'rng_state',
            'set_rng_state', 'rank_rng_state', 'unknown_order', 'loader_kind', 'loader_name', 'loader_state',
-           'set_loader_state', 'ModelState', 'OptimizerState', 'RecorderState', 'TrackerState', 'LoaderState',
-           'RNGState', 'loader_note', 'stop_persistent_workers', 'PositionState', 'SetupState', 'ScalerState',
-           'scaler_part', 'state_digest', 'UserState', 'callback_parts', 'TrainingState', 'fitting',
+           'set_loader_state', 'ModelState', 'OptimizerState', 'RecorderState', 'recorded', 'TrackerState',
+           'LoaderState', 'RNGState', 'loader_note', 'stop_persistent_workers', 'PositionState', 'SetupState',
+           'ScalerState', 'scaler_part', 'state_digest', 'UserState', 'callback_parts', 'TrainingState', 'fitting',
            'late_callbacks_note', 'checkpoint_writers', 'own_state', 'check_parts']
 
 # %% ../nbs/07b_parts.ipynb #7b000010
@@ -196,6 +196,7 @@ class ModelState(Part):
     def state_dict(self) -> dict: return model_weights(self.learn.model)
     def load_state_dict(self, d:dict): load_weights(self.learn.model, d, self.source)
 
+# %% ../nbs/07b_parts.ipynb #4394f587
 class OptimizerState(Part):
     "fastai's optimizer: each parameter's state, and the hyper-parameters"
     file,whole,when_missing = 'optimizer.pt',True,'refuse'
@@ -209,6 +210,7 @@ class OptimizerState(Part):
         opt = self.learn.opt
         opt.load_state_dict(shard_optimizer_state(d, list(opt.all_params().itemgot(0))) if is_sharded(self.learn.model) else d)
 
+# %% ../nbs/07b_parts.ipynb #175da1f6
 class RecorderState(Part):
     "fastai's `Recorder` history, as plain values"
     def __init__(self, learn:Learner): super().__init__('recorder'); self.learn = learn
@@ -221,6 +223,14 @@ class RecorderState(Part):
         rec.values, rec.losses, rec.lrs, rec.iters = [list(v) for v in d['values']], [torch.tensor(o) for o in d['losses']], list(d['lrs']), list(d['iters'])
         rec.smooth_loss.count, rec.smooth_loss.val = d['smooth'][0], torch.tensor(d['smooth'][1])
 
+def recorded(learn:Learner, name:str # A metric's name, as the recorder shows it: 'valid_loss', 'accuracy'...
+            ) -> float|None:
+    "The value of metric `name` the recorder kept for the last epoch, as a plain number; `None` when it records none"
+    rec = learn.recorder
+    if not getattr(rec, 'values', None) or name not in (names := list(rec.metric_names[1:])): return None   # no epoch recorded yet, or not this metric
+    return _plain(rec.values[-1][names.index(name)])
+
+# %% ../nbs/07b_parts.ipynb #9196de6d
 class TrackerState(Part):
     "Each `TrackerCallback`'s best value and wait"
     def __init__(self, learn:Learner): super().__init__('trackers'); self.learn = learn
@@ -231,6 +241,7 @@ class TrackerState(Part):
             cb.best = t['best']
             if t['wait'] is not None: cb.wait = t['wait']
 
+# %% ../nbs/07b_parts.ipynb #aea77f04
 class LoaderState(Part):
     "Each loader's place (`loader_state`): the training loader's as its epoch began, unless it resumes by itself"
     def __init__(self, learn:Learner):
@@ -254,6 +265,7 @@ class LoaderState(Part):
                 print(f"ddpsafe: the checkpoint keeps the place of loader {i} as a {_saved_kind(s)} loader's, and this run's is "
                       f"a {loader_name(dl)} ({loader_kind(dl)}): its place is not restored")
 
+# %% ../nbs/07b_parts.ipynb #f601718e
 class RNGState(Part):
     "Every rank's random states, now and as the epoch began"
     file,whole,ranks = 'rng.pt',True,'each'
