@@ -81,14 +81,14 @@ def before_fit(self:CheckpointCallback):
     say(late_callbacks_note(self.parts, self.order)); say(loader_note(self.dls.train))
     self.last_pos, self.stopped_by, self.skipped_fit, self.ran_epoch = None, None, False, False
     self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(_NOT_ASKED), False, False, False
-    self.last_save, self.timer_raised, self.saved_stop = time.monotonic(), False, False
+    started, self.saved_stop = time.monotonic(), False
     self.stops = StopRequests(self.signals, self.saver.root, self.save_switch, self.stop_switch, self.poll_seconds).install()
     if run.fits_left and run.stopped:
         self.skipped_fit = True
         raise CancelFitException()      # a stop request ended an earlier fit of this `fine_tune`: the rest waits for the resume
     if self.resume is not False and self.resume is not None: self._resume()
     history = self.saver.root if self.saver.storage.local else None   # object storage: no append
-    self.timer = SaveTimer(self.every_seconds, history, is_main(), self.async_save)   # after the resume: the time a restart takes includes it
+    self.timer = SaveTimer(self.every_seconds, history, is_main(), self.async_save, started)   # after the resume: the time a restart takes includes it
     if self.timer.launch is not None: at_fit_end(self.learn, self._launch_ended)       # an exception ends the fit: recorded as it closes
 
 # %% ../nbs/08_checkpoint.ipynb #26d2d96a
@@ -136,12 +136,8 @@ CheckpointCallback.timer = SaveTimer(None)   # before a fit: no timed saves
 @patch
 def _launch_ended(self:CheckpointCallback, ended:bool=False): # Did the fit reach `after_fit`? Else an exception ended it
     "Rank 0, with `every_seconds='auto'`: record how this launch ended in the folder's history"
-    self.timer.ended({'signal': 'preempted', 'switch': 'stopped'}.get(self.stopped_by, 'finished') if ended else 'error', self._write_seconds())
-
-@patch
-def _write_seconds(self:CheckpointCallback) -> float|None:
-    "How long this fit's last background write took; `None` without one"
-    return getattr(getattr(self.saver, 'writer', None), 'seconds', None)
+    how = {'signal': 'preempted', 'switch': 'stopped'}.get(self.stopped_by, 'finished') if ended else 'error'
+    self.timer.ended(how, self.saver and self.saver.write_seconds)   # the saver is gone once the fit closed
 
 # %% ../nbs/08_checkpoint.ipynb #15ff5112
 @patch
@@ -195,9 +191,7 @@ CheckpointCallback.memory = property(lambda self: getattr(self.saver, 'memory', 
 def after_batch(self:CheckpointCallback):
     "Poll the requests; save and stop at optimizer steps"
     if not self.training: return
-    timer = is_main() and not self.timer_raised and self.timer.due(time.monotonic()-self.last_save)
-    self.timer_raised |= timer
-    self.asked = {k: v or self.asked[k] for k, v in self.stops.poll(timer=timer).items()}
+    self.asked = {k: v or self.asked[k] for k, v in self.stops.poll(timer=self.timer.ask()).items()}
     self.pending_grads = not self.stepped
     if not self.stepped: return          # inside an accumulation window: wait for its optimizer step
     self.fit_steps += 1
@@ -206,7 +200,7 @@ def after_batch(self:CheckpointCallback):
         self.save(reason, stop=asked['stop'])
         self.epoch_due = False
     elif self.memory is not None and self.memory.due(self.fit_steps): self.save('memory', memory=True)   # unless its last write is in flight
-    if asked['timer']: self.timer_raised = False   # rank 0 may raise the next one
+    if asked['timer']: self.timer.raised = False   # agreed: rank 0 may ask again
     if asked['stop']:
         self._stop(asked)
         raise CancelFitException()
@@ -254,8 +248,8 @@ def save(self:CheckpointCallback,
     meta['parts'] = self.parts.files_of(files)
     if memory: self.saver.save_memory(pos['global_step'], files, meta); return True
     self.saver.save(pos['global_step'], files, meta, shards)     # written as this fit chose: now or in the background, whole or in shards
-    self.last_pos, self.last_save, self.saved_stop = (pos['global_step'], pos['epoch_done']), time.monotonic(), stop
-    self.timer.saved(self.last_save - began, self._write_seconds())
+    self.last_pos, self.saved_stop = (pos['global_step'], pos['epoch_done']), stop
+    self.timer.saved(time.monotonic() - began, self.saver.write_seconds)
     return True
 
 # %% ../nbs/08_checkpoint.ipynb #f0683fc8

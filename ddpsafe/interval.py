@@ -168,11 +168,13 @@ class SaveTimer:
                  every_seconds:float|str|None, # Seconds between timed saves; `'auto'`: chosen; `None`: no timed saves
                  history:Path|None=None, # The local checkpoints folder that keeps the launch history (`'auto'`); `None`: none (object storage)
                  main:bool=True,         # Is this rank 0, whose clock decides the timed saves?
-                 async_save:bool=False): # Are the saves written in the background? Then the interval never undercuts a write's time
+                 async_save:bool=False, # Are the saves written in the background? Then the interval never undercuts a write's time
+                 since:float|None=None): # `time.monotonic()` as the fit began: the first timed save counts from there; `None`: now
         if isinstance(every_seconds, str) and every_seconds != 'auto': raise ValueError(f"every_seconds={every_seconds!r}: a number of seconds, 'auto' or None")
         self.every_seconds, self.costs, self.said, self.why, self.launch = every_seconds, [], None, None, None
         self.write_seconds = None if async_save else 0.   # a background write's time: not known until one is measured
         self.auto, self.interval = every_seconds == 'auto' and main, None if every_seconds == 'auto' else every_seconds
+        self.main, self.last, self.raised = main, time.monotonic() if since is None else since, False   # rank 0's clock; a save asked for, not yet agreed
         if not self.auto: return
         self.launch = None if history is None else _quietly(launch_started, history)
         self.history = history if self.launch is not None else None
@@ -183,6 +185,11 @@ class SaveTimer:
     def due(self, since:float) -> bool: # Seconds since the last save
         "Is a timed save due?"
         return self.interval is not None and since >= self.interval
+    def ask(self) -> bool:
+        "Rank 0, at a step: is a timed save due, and not asked for already? Asked for once, until the ranks agree on it (then `raised = False`)"
+        due = self.main and not self.raised and self.due(time.monotonic() - self.last)
+        self.raised |= due
+        return due
 
 # %% ../nbs/06a_interval.ipynb #6a7e0003
 @patch
@@ -198,7 +205,8 @@ def _choose(self:SaveTimer):
 @patch
 def saved(self:SaveTimer, seconds:float,   # How long the save blocked training
           write_seconds:float|None=None): # How long the last background write took (`async_save`); `None`: none measured
-    "Count a save's cost; with `'auto'`, choose the interval again"
+    "The next timed save counts from now; count this save's cost and, with `'auto'`, choose the interval again"
+    self.last = time.monotonic()
     if not self.auto: return
     self.costs = [*self.costs[-19:], seconds]   # the newest 20
     if write_seconds is not None and self.write_seconds != 0.: self.write_seconds = write_seconds

@@ -105,6 +105,11 @@ class Saver:
         files, shards = self.buffers.copy((files if is_main() else {}, shards))
         self.writer.submit(lambda: self.write(step, files, meta, shards))
 
+    @property
+    def write_seconds(self) -> float|None:
+        "How long the last background write took; `None` without one"
+        return None if self.writer is None else self.writer.seconds
+
     def _commit(self, step:int, files:dict, meta:dict, shards=None, on=_call) -> Path:
         "Rank 0 writes the checkpoint whole (a whole model has no shards), then keeps; through `on_main` when every rank calls it"
         on(self.claim.check)
