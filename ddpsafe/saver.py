@@ -14,7 +14,7 @@ from fastcore.basics import patch, store_attr
 from .core import *
 from .commit import as_path, commit_file, storage_for
 from .io import prepare_dir
-from .owner import claim_checkpoints
+from .owner import claim_folder
 from .memory import fit_memory_tier
 from .manifest import *
 from .snapshot import StateBuffers, AsyncWriter
@@ -23,7 +23,7 @@ from .parts import checkpoint_writers
 from .upload import Uploader
 
 # %% auto #0
-__all__ = ['write_in_shards', 'ranks_not_seeing', 'Saver', 'in_shards_to', 'fit_saver']
+__all__ = ['write_in_shards', 'ranks_not_seeing', 'Saver', 'in_shards_to', 'claim_checkpoints', 'fit_saver']
 
 # %% ../nbs/07f_saver.ipynb #7f000006
 def _call(f, *args): return f(*args)
@@ -242,6 +242,16 @@ def in_shards_to(model,       # The fit's model
     if is_main(): print(f'ddpsafe: rank{"s"*(len(blind)>1)} {", ".join(map(str, blind))} {"do" if len(blind)>1 else "does"} not see {folder}: '
                         "this fit's checkpoints are gathered whole to rank 0, not written in shards by every rank")
     return False
+
+# %% ../nbs/07f_saver.ipynb #4eb33bd5
+def claim_checkpoints(root:Path):
+    "Claim `root` for this run, on rank 0"
+    try: return on_main(claim_folder, root)
+    except OSError as e:
+        if e.strerror is None: raise       # `FolderInUse`, with its own message
+        raise OSError(e.errno, f'{root}: cannot write in this checkpoints folder ({e.strerror}); a run must own its folder '
+                      'to save, rotate and clean it up. The checkpoints in it are unchanged: make it writable, or give '
+                      '`CheckpointCallback` another `path`') from e
 
 # %% ../nbs/07f_saver.ipynb #c94799c0
 def fit_saver(path,                  # A folder (relative to `base`), or a URL such as `s3://bucket/run`
