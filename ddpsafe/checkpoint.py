@@ -130,6 +130,10 @@ def _close(self:CheckpointCallback):
     for dl in self.fit_dls.loaders: stop_persistent_workers(dl)   # `self.learn` is gone: fastai removed this callback
     self.stops = self.saver = self.parts = self.fit_dls = None
 
+# %% ../nbs/08_checkpoint.ipynb #d35bf82a
+CheckpointCallback.root = property(lambda self: None if self.saver is None else self.saver.far or self.saver.root,
+                                   doc="The checkpoints folder of `path` during a fit (the `local` one is `saver.root`); `None` outside a fit")
+
 # %% ../nbs/08_checkpoint.ipynb #7378cdb3
 CheckpointCallback.timer = SaveTimer(None)   # before a fit: no timed saves
 
