@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/checkpoint.html.md"""
 
 # %% ../nbs/08_checkpoint.ipynb #b489a2a4
 from __future__ import annotations
-import gc, time, atexit, signal, warnings
+import gc, time, atexit, signal
 from functools import partial
 import numpy as np
 from fastcore.basics import patch, store_attr
@@ -76,8 +76,8 @@ def before_fit(self:CheckpointCallback):
     self.saver = fit_saver(self.path, self.learn.path, self.model, self.keep, self.comp, self.async_save, self.local, self.storage_options,
                            self.memory_every_steps, self.memory_path, self.memory_keep, say)   # how this fit writes and keeps, chosen once
     self.fit_idx, run.fits = run.fits, run.fits + 1
-    self.steps_before, self.fit_steps, self.setup = run.steps, 0, setup_signature(self.learn)
-    self.parts = TrainingState(self.learn, self.extra, header=[PositionState(self.learn, self), SetupState(self.setup)])   # where the loops are, and the run's facts
+    self.steps_before, self.fit_steps = run.steps, 0
+    self.parts = TrainingState(self.learn, self.extra, header=[PositionState(self.learn, self), SetupState(setup_signature(self.learn))])   # where the loops are, and the run's facts
     say(late_callbacks_note(self.parts, self.order)); say(loader_note(self.dls.train))
     self.last_pos, self.stopped_by, self.skipped_fit, self.ran_epoch = None, None, False, False
     self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(_NOT_ASKED), False, False, False
@@ -112,9 +112,7 @@ def after_fit(self:CheckpointCallback):
         reason = 'signal' if late['signal'] else 'switch' if late['stop'] else 'end'
         if self.ran_epoch: self.save(reason, stop=late['stop'], finished=run.fits_left <= 1)
         if late['stop']: self._stop(late)
-        self.saver.settle()
-        self.saver.finish(self.upload_wait if self.stopped_by == 'signal' else None)   # the uploads: after a signal, `upload_wait` s at most
-        if self.ran_epoch: self.saver.end_memory()   # its end on disk: the memory tier's checkpoints are older
+        self.saver.end(self.upload_wait if self.stopped_by == 'signal' else None, saved=self.ran_epoch)   # the uploads: after a signal, `upload_wait` s at most
     finally:
         self.stops.uninstall()
         run.steps, run.fits_left = self.steps_before + self.fit_steps, max(run.fits_left - 1, 0)
@@ -145,35 +143,19 @@ def _launch_ended(self:CheckpointCallback, ended:bool=False): # Did the fit reac
 
 # %% ../nbs/08_checkpoint.ipynb #15ff5112
 @patch
-def before_epoch(self:CheckpointCallback):
-    "An epoch began: the fit's end is worth a checkpoint"
-    self.ran_epoch = True
-
+def before_epoch(self:CheckpointCallback): self.ran_epoch = True         # an epoch began: the fit's end is worth a checkpoint
 @patch
-def before_train(self:CheckpointCallback):
-    "The epoch's training begins: a checkpoint now resumes inside it"
-    self.parts.event('begin_epoch')
-
+def before_train(self:CheckpointCallback): self.parts.event('begin_epoch') # a checkpoint now resumes inside the epoch
 @patch
-def after_train(self:CheckpointCallback):
-    "The epoch's training is over: a checkpoint now resumes at the next epoch"
-    self.parts.event('end_epoch')
+def after_train(self:CheckpointCallback): self.parts.event('end_epoch')    # a checkpoint now resumes at the next epoch
 
 # %% ../nbs/08_checkpoint.ipynb #467b7f9b
 @patch
-def before_batch(self:CheckpointCallback):
-    "No optimizer step yet in this batch"
-    self.stepped = False
-
+def before_batch(self:CheckpointCallback): self.stepped = False      # no optimizer step yet in this batch
 @patch
-def before_step(self:CheckpointCallback):
-    "This batch steps the optimizer"
-    self.stepped = True
-
+def before_step(self:CheckpointCallback): self.stepped = True        # this batch steps the optimizer
 @patch
-def after_cancel_step(self:CheckpointCallback):
-    "A callback cancelled the step: the gradients stay, as inside an accumulation window"
-    self.stepped = False
+def after_cancel_step(self:CheckpointCallback): self.stepped = False # a callback cancelled the step: the gradients stay
 
 # %% ../nbs/08_checkpoint.ipynb #60be1866
 @patch
@@ -244,9 +226,8 @@ def save(self:CheckpointCallback,
     began = time.monotonic()   # what training waits for, from here: `every_seconds='auto'` weighs it
     if not memory: self.saver.settle()   # a memory save does not wait for the disk's write in flight
     elif not self.saver.memory_ready(pos['global_step']): return False   # nor for its own: skipped, nothing collected
-    meta = dict(epoch=pos['epoch'], iter=pos['iter'], epoch_done=pos['epoch_done'], fit=pos['fit'], reason=reason, stop=stop,
-                finished=finished, world_size=world(), monitor=self.monitor, comp=_name(self.comp),
-                metric=recorded(self.learn, self.monitor) if pos['epoch_done'] else None)
+    meta = self.parts.meta(reason=reason, stop=stop, finished=finished, monitor=self.monitor, comp=_name(self.comp),
+                           metric=recorded(self.learn, self.monitor) if pos['epoch_done'] else None)   # with where the run is, from the header's parts
     with step_lock(self.learn): states, shards = self.parts.collect(sharded=self.saver.sharded)   # every rank, one step boundary
     files = self.parts.contents(states)
     meta['parts'] = self.parts.files_of(files)
@@ -260,17 +241,12 @@ def save(self:CheckpointCallback,
 @patch
 def _resume(self:CheckpointCallback):
     "Load this fit's newest checkpoint and go on from it"
-    memory = self.saver.settle_memory()   # its write in flight done first
-    roots = list(filter(None, (self.saver.root, self.saver.far, memory and memory.folder)))   # the memory tier last: a tie goes to the disk's
-    ck, man, skipped = on_main(choose_checkpoint, *roots) if self.resume is True else on_main(chosen_checkpoint, self.resume, roots, self.learn.path)
-    for p, why in skipped: warnings.warn(f'ddpsafe: skipping checkpoint {p}: {"; ".join(why)}')
-    if memory is not None and is_main() and (note := memory.resume_note(ck, skipped)): print(note)
-    if ck is not None: self.saver.catch_up(ck)     # a local checkpoint that `path` lacks: uploaded
+    ck, man = resume_checkpoint(self.saver, self.resume, self.learn.path)   # in the saver's folders, the memory tier's too
     if ck is None or man.get('fit', 0) < self.fit_idx: return
     if man.get('fit', 0) > self.fit_idx:
         self.skipped_fit = True
         raise CancelFitException()
-    state, changed = restore(ck, man, self.parts, self.setup, len(self.dls.train), self.accept_changes, shard_index(ck, man))
+    state, changed = restore(ck, man, self.parts, len(self.dls.train), self.accept_changes, shard_index(ck, man))
     at = self.parts['position'].resumed
     self.fit_steps = at.get('fit_steps', at['train_iter'])
     self.steps_before, self.last_pos = at['global_step'] - self.fit_steps, (at['global_step'], at['epoch_done'])

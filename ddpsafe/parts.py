@@ -316,6 +316,7 @@ class PositionState(Part):
         return dict(epoch=l.epoch, iter=l.n_iter if done else l.iter+1, epoch_done=done, train_iter=l.train_iter, pct_train=l.pct_train,
                     n_epoch=l.n_epoch, fit_steps=s.fit_steps, global_step=s.steps_before+s.fit_steps, fit=s.fit_idx, train_batches=len(l.dls.train))
     def load_state_dict(self, d:dict): self.resumed = {k: d[k] for k in POSITION if k in d}   # older checkpoints lack the newer entries
+    def meta(self) -> dict: return {k: v for k, v in self.state_dict().items() if k in ('epoch', 'iter', 'epoch_done', 'fit')}   # the manifest's
 
 # %% ../nbs/07b_parts.ipynb #e36b0a39
 class SetupState(Part):
@@ -326,6 +327,7 @@ class SetupState(Part):
     def state_dict(self) -> dict:
         return dict(world_size=world(), setup=self.setup, versions=dict(torch=str(torch.__version__), fastai=fastai.__version__, ddpsafe=__version__))
     def load_state_dict(self, d:dict): self.saved = {k: d.get(k) for k in ('world_size', 'setup', 'versions')}   # `check_setup` compares the setups
+    def meta(self) -> dict: return dict(world_size=world())   # the manifest's
 
 # %% ../nbs/07b_parts.ipynb #7b000022
 class ScalerState(Part):
@@ -479,6 +481,11 @@ def files_of(self:TrainingState,
 def checkpoint_writers(contents:dict) -> dict:
     "A writer for each file of a checkpoint, in the format its name says: safetensors, else `torch.save`"
     return {name: writer_for(c, name, crc32=False) for name, c in contents.items()}
+
+@patch
+def meta(self:TrainingState, **entries) -> dict:
+    "The manifest's entries for this step boundary: the header parts' own (`meta()`), then `entries`"
+    return {k: v for p in self if p.header and callable(getattr(p, 'meta', None)) for k, v in p.meta().items()} | entries
 
 # %% ../nbs/07b_parts.ipynb #7b000032
 def own_state(p:Part, saved):

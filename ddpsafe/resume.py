@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/resume.html.md"""
 
 # %% ../nbs/07e_resume.ipynb #a6434cbf
 from __future__ import annotations
-import sys, errno, threading, weakref
+import sys, errno, threading, weakref, warnings
 from functools import partial
 from pathlib import Path
 import numpy as np, torch
@@ -27,8 +27,8 @@ from .parts import *
 # %% auto #0
 __all__ = ['ROLLED_BACK', 'step_lock', 'RunState', 'run_state', 'arm_resume', 'model_signature', 'optimizer_signature',
            'fit_method', 'fit_signature', 'setup_signature', 'setup_changes', 'choose_checkpoint',
-           'read_checkpoint_file', 'chosen_checkpoint', 'check_setup', 'resume_message', 'position_in',
-           'world_change_message', 'restore']
+           'read_checkpoint_file', 'chosen_checkpoint', 'resume_checkpoint', 'check_setup', 'resume_message',
+           'position_in', 'world_change_message', 'restore']
 
 # %% ../nbs/07e_resume.ipynb #9f2b6736
 _locks = once_a_process('step_locks', weakref.WeakKeyDictionary)   # one per process, however often this runs
@@ -249,6 +249,20 @@ def chosen_checkpoint(resume,  # A checkpoint's step, or its folder (absolute, o
                     f'({", ".join(p.name for p in newer)}) renamed {ROLLED_BACK}*, which no resume reads')
     return ck, read_manifest(ck), []
 
+# %% ../nbs/07e_resume.ipynb #ba157142
+def resume_checkpoint(saver,       # The fit's `Saver` ([saver](saver.html)): its folders and its memory tier are where a resume looks
+                      resume=True, # True: the newest complete checkpoint among them; a step or a checkpoint folder: that one (`chosen_checkpoint`)
+                      base=None    # The folder a relative `resume` is relative to
+                     ) -> tuple:
+    "The checkpoint a fit resumes from and its manifest, or `(None, None)`: rank 0's choice, on every rank; collective"
+    memory = saver.settle_memory()   # its write in flight done first
+    roots = list(filter(None, (saver.root, saver.far, memory and memory.folder)))   # the memory tier last: a tie goes to the disk's
+    ck, man, skipped = on_main(choose_checkpoint, *roots) if resume is True else on_main(chosen_checkpoint, resume, roots, base)
+    for p, why in skipped: warnings.warn(f'ddpsafe: skipping checkpoint {p}: {"; ".join(why)}')
+    if memory is not None and is_main() and (note := memory.resume_note(ck, skipped)): print(note)
+    if ck is not None: saver.catch_up(ck)     # a local checkpoint that `path` lacks: uploaded
+    return ck, man
+
 # %% ../nbs/07e_resume.ipynb #998d3095
 def check_setup(ck:Path,       # The checkpoint
                 saved:dict|None, # The setup it was saved with; `None` for checkpoints older than setups
@@ -299,8 +313,7 @@ def world_change_message(ck, state:dict, now:int|None=None) -> str:
 # %% ../nbs/07e_resume.ipynb #e4e31397
 def restore(ck:Path,           # The checkpoint a resume chose
             man:dict,          # Its manifest
-            parts,             # The fit's registry (`TrainingState`): every part it holds is loaded from `ck`
-            setup:dict,        # This fit's `setup_signature`
+            parts,             # The fit's registry (`TrainingState`): every part it holds is loaded from `ck`; its `setup` (`SetupState`) is compared
             n_batches:int,     # Training batches an epoch has in this run, per rank
             accept_changes=(), # What may differ on purpose: any of 'model', 'optimizer', 'fit', 'parts'
             index=None         # Its shard index (`shard_index`) when it is in shards
@@ -311,6 +324,6 @@ def restore(ck:Path,           # The checkpoint a resume chose
     read = lambda name, **kwargs: read_checkpoint_file(ck, name, man, **kwargs)
     load = partial(parts.load, ck, read, state.get('parts', LEGACY_PARTS), set(man['files']), index=index, read_files={'state.pt': state})
     load(skip=set(parts.names) - {'model'})   # the weights first: another model is refused by them, with its file named
-    changed = check_setup(ck, state.get('setup'), setup, accept_changes)
+    changed = check_setup(ck, parts['setup'].saved['setup'], parts['setup'].setup, accept_changes)   # as the checkpoint's, as this fit's
     load(skip={'model'} | ({'optimizer'} if 'optimizer' in changed else set()))
     return state, changed

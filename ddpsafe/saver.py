@@ -231,6 +231,15 @@ def end_memory(self:Saver):
     "The fit saved its end to disk: rank 0 empties the memory tier, whose checkpoints are older, once its write in flight is done"
     if self.settle_memory() is not None: on_main(self.memory.clear)
 
+# %% ../nbs/07f_saver.ipynb #b1338861
+@patch
+def end(self:Saver, upload_wait:float|None=None, # At most this many seconds for the uploads; `None`: until they are done
+        saved:bool=True): # Was the fit's end saved to disk? Only then is the memory tier emptied
+    "The fit's end: the write in flight settled, the uploads waited for, the memory tier emptied; every rank calls it"
+    self.settle()
+    self.finish(upload_wait)
+    if saved: self.end_memory()
+
 # %% ../nbs/07f_saver.ipynb #7f00001f
 def in_shards_to(model,       # The fit's model
                  folder:Path, # Where the commits go
