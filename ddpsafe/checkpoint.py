@@ -143,19 +143,19 @@ def _launch_ended(self:CheckpointCallback, ended:bool=False): # Did the fit reac
 
 # %% ../nbs/08_checkpoint.ipynb #15ff5112
 @patch
-def before_epoch(self:CheckpointCallback): self.ran_epoch = True         # an epoch began: the fit's end is worth a checkpoint
+def before_epoch(self:CheckpointCallback): "An epoch began: the fit's end is worth a checkpoint"; self.ran_epoch = True
 @patch
-def before_train(self:CheckpointCallback): self.parts.event('begin_epoch') # a checkpoint now resumes inside the epoch
+def before_train(self:CheckpointCallback): "The epoch's training begins: a checkpoint now resumes inside it"; self.parts.event('begin_epoch')
 @patch
-def after_train(self:CheckpointCallback): self.parts.event('end_epoch')    # a checkpoint now resumes at the next epoch
+def after_train(self:CheckpointCallback): "The epoch's training is over: a checkpoint now resumes at the next epoch"; self.parts.event('end_epoch')
 
 # %% ../nbs/08_checkpoint.ipynb #467b7f9b
 @patch
-def before_batch(self:CheckpointCallback): self.stepped = False      # no optimizer step yet in this batch
+def before_batch(self:CheckpointCallback): "No optimizer step yet in this batch"; self.stepped = False
 @patch
-def before_step(self:CheckpointCallback): self.stepped = True        # this batch steps the optimizer
+def before_step(self:CheckpointCallback): "This batch steps the optimizer"; self.stepped = True
 @patch
-def after_cancel_step(self:CheckpointCallback): self.stepped = False # a callback cancelled the step: the gradients stay
+def after_cancel_step(self:CheckpointCallback): "A callback cancelled the step: the gradients stay, as inside an accumulation window"; self.stepped = False
 
 # %% ../nbs/08_checkpoint.ipynb #60be1866
 @patch

@@ -172,7 +172,7 @@ class SaveTimer:
                  since:float|None=None): # `time.monotonic()` as the fit began: the first timed save counts from there; `None`: now
         if isinstance(every_seconds, str) and every_seconds != 'auto': raise ValueError(f"every_seconds={every_seconds!r}: a number of seconds, 'auto' or None")
         self.every_seconds, self.costs, self.said, self.why, self.launch = every_seconds, [], None, None, None
-        self.write_seconds = None if async_save else 0.   # a background write's time: not known until one is measured
+        self.async_save, self.write_seconds = async_save, None if async_save else 0.   # a background write's time: not known until one is measured
         self.auto, self.interval = every_seconds == 'auto' and main, None if every_seconds == 'auto' else every_seconds
         self.main, self.last, self.raised = main, time.monotonic() if since is None else since, False   # rank 0's clock; a save asked for, not yet agreed
         if not self.auto: return
@@ -209,7 +209,7 @@ def saved(self:SaveTimer, seconds:float,   # How long the save blocked training
     self.last = time.monotonic()
     if not self.auto: return
     self.costs = [*self.costs[-19:], seconds]   # the newest 20
-    if write_seconds is not None and self.write_seconds != 0.: self.write_seconds = write_seconds
+    if write_seconds is not None and self.async_save: self.write_seconds = write_seconds
     self._choose()
 
 @patch

@@ -86,5 +86,6 @@ if __name__ == '__main__':
     print(f"from the decision to the committed folder: {len(s['path'])} frames in {s['n_path_modules']} modules "
           f"({' -> '.join(s['path_modules'])}), returns to a module already left: {s['path_returns'] or 'none'}")
     for h in s['path']: print('   ', h)
+    if not s['path'] and a.async_save: print("    (none traced: with --async the commit runs on the writer's thread, which this tool does not trace)")
     print(f"the whole save: {s['n_calls_between_modules']} calls from one module of ddpsafe's into another, "
           f"{s['n_modules_entered']} modules ({' '.join(s['modules_entered'])})")
