@@ -63,7 +63,7 @@ class CheckpointCallback(TrainingCallback):
         self.accept_changes = {accept_changes} if isinstance(accept_changes, str) else set(accept_changes)
         if unknown := self.accept_changes - set(_CHANGES): raise ValueError(f'accept_changes: {sorted(unknown)} not among {_CHANGES}')
         for name, o in (extra or {}).items(): UserState(name, o)     # refuse an object without state now, not at the first save
-        self.stops = self.saver = self.parts = self.fit_dls = None
+        self.stops = self.saver = self.parts = self.fit_dls = self.ended = None
 
 # %% ../nbs/08_checkpoint.ipynb #b8364e91
 @patch
@@ -89,7 +89,6 @@ def before_fit(self:CheckpointCallback):
     if self.resume is not False and self.resume is not None: self._resume()
     history = self.saver.root if self.saver.storage.local else None   # object storage: no append
     self.timer = SaveTimer(self.every_seconds, history, is_main(), self.async_save, started)   # after the resume: the time a restart takes includes it
-    if self.timer.launch is not None: at_fit_end(self.learn, self._launch_ended)       # an exception ends the fit: recorded as it closes
 
 # %% ../nbs/08_checkpoint.ipynb #26d2d96a
 def _say_once(run, note:str|None):
@@ -116,30 +115,25 @@ def after_fit(self:CheckpointCallback):
     finally:
         self.stops.uninstall()
         run.steps, run.fits_left = self.steps_before + self.fit_steps, max(run.fits_left - 1, 0)
-    self._launch_ended(ended=True)
+    self.ended = {'signal': 'preempted', 'switch': 'stopped'}.get(self.stopped_by, 'finished')   # how this launch ended: recorded as the fit closes
     if self.stopped_by == 'signal' and self.exit_code is not None: exit_quickly(self.exit_code)
 
 # %% ../nbs/08_checkpoint.ipynb #55fb3da7
 @patch
 def _close(self:CheckpointCallback):
-    "Release what this fit opened, however it ended"
+    "Record how the launch ended; release what this fit opened, however it ended"
+    self.timer.ended(self.ended or 'error', self.saver and self.saver.write_seconds)   # rank 0, with `every_seconds='auto'`: in the folder's history
     if self.saver is not None: self.saver.close()        # the signals still only raise a flag meanwhile
     if self.stops is not None: self.stops.uninstall(wait=False)
     for dl in self.fit_dls.loaders: stop_persistent_workers(dl)   # `self.learn` is gone: fastai removed this callback
-    self.stops = self.saver = self.parts = self.fit_dls = None
+    self.stops = self.saver = self.parts = self.fit_dls = self.ended = None
 
 # %% ../nbs/08_checkpoint.ipynb #d35bf82a
 CheckpointCallback.root = property(lambda self: None if self.saver is None else self.saver.far or self.saver.root,
                                    doc="The checkpoints folder of `path` during a fit (the `local` one is `saver.root`); `None` outside a fit")
 
 # %% ../nbs/08_checkpoint.ipynb #7378cdb3
-CheckpointCallback.timer = SaveTimer(None)   # before a fit: no timed saves
-
-@patch
-def _launch_ended(self:CheckpointCallback, ended:bool=False): # Did the fit reach `after_fit`? Else an exception ended it
-    "Rank 0, with `every_seconds='auto'`: record how this launch ended in the folder's history"
-    how = {'signal': 'preempted', 'switch': 'stopped'}.get(self.stopped_by, 'finished') if ended else 'error'
-    self.timer.ended(how, self.saver and self.saver.write_seconds)   # the saver is gone once the fit closed
+CheckpointCallback.timer = SaveTimer(None)   # before a fit: no timed saves, no launch recorded
 
 # %% ../nbs/08_checkpoint.ipynb #15ff5112
 @patch

@@ -17,6 +17,8 @@ def test_no_import_cycle():
     assert cycles == [], f'import cycles between ddpsafe modules: {cycles}'
     assert up == [], f'modules importing one not below them: {up}'
     assert not {'learner', 'preempt'} & set(g['parts']), f"parts imports {set(g['parts'])}: errors live where they are raised (core)"
+    chain = structure.longest_chain(g, fl)
+    assert len(chain) <= 7, f"a chain of {len(chain)} imports between ddpsafe's modules (at most 7): {' -> '.join(chain)}"
 
 def test_the_check_sees_a_cycle(tmp_path):
     (tmp_path/'a.py').write_text('from .b import x\n')
@@ -35,4 +37,5 @@ def test_walk_of_a_save():
     assert s['path'][0] == 'checkpoint.CheckpointCallback.save' and s['path'][-1].startswith('commit.'), s['path']
     assert s['path_modules'][:2] == ['checkpoint', 'saver'] and 'manifest' in s['path_modules'], s['path_modules']
     assert 'upload' not in s['modules_entered'], f"a local save without a second tier enters upload: {s['modules_entered']}"
+    assert len(s['path_modules']) <= 5 and s['path_returns'] == [], f"the path visits {s['path_modules']}, returning to {s['path_returns']}"
     assert walk._returns(['a', 'b', 'a', 'c', 'c', 'b']) == ['a', 'b']
