@@ -220,8 +220,8 @@ def save(self:CheckpointCallback,
     began = time.monotonic()   # what training waits for, from here: `every_seconds='auto'` weighs it
     if not memory: self.saver.settle()   # a memory save does not wait for the disk's write in flight
     elif not self.saver.memory_ready(pos['global_step']): return False   # nor for its own: skipped, nothing collected
-    meta = self.parts.meta(reason=reason, stop=stop, finished=finished, monitor=self.monitor, comp=_name(self.comp),
-                           metric=recorded(self.learn, self.monitor) if pos['epoch_done'] else None)   # with where the run is, from the header's parts
+    meta = self.parts.meta(reason=reason, stop=stop, finished=finished) | dict(monitor=self.monitor, comp=_name(self.comp),   # where, why, the run's facts;
+                metric=recorded(self.learn, self.monitor) if pos['epoch_done'] else None)   # then what picks the best checkpoint
     with step_lock(self.learn): states, shards = self.parts.collect(sharded=self.saver.sharded)   # every rank, one step boundary
     files = self.parts.contents(states)
     meta['parts'] = self.parts.files_of(files)

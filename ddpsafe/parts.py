@@ -483,9 +483,10 @@ def checkpoint_writers(contents:dict) -> dict:
     return {name: writer_for(c, name, crc32=False) for name, c in contents.items()}
 
 @patch
-def meta(self:TrainingState, **entries) -> dict:
-    "The manifest's entries for this step boundary: the header parts' own (`meta()`), then `entries`"
-    return {k: v for p in self if p.header and callable(getattr(p, 'meta', None)) for k, v in p.meta().items()} | entries
+def meta(self:TrainingState, **why) -> dict:
+    "The manifest's entries for this step boundary, in its order: where the run is (the position's `meta()`), `why` it saved, the run's facts (the other header parts')"
+    where, *facts = [p.meta() for p in self if p.header and callable(getattr(p, 'meta', None))]
+    return {**where, **why, **{k: v for f in facts for k, v in f.items()}}
 
 # %% ../nbs/07b_parts.ipynb #7b000032
 def own_state(p:Part, saved):
