@@ -40,6 +40,7 @@ class CheckpointCallback(TrainingCallback):
                  every_epoch:int|None=1, # Save every this many epochs; `None`: never
                  every_steps:int|None=None, # Save every this many optimizer steps; `None`: never
                  every_seconds:float|str|None=None, # Also save when this much wall time has passed since the last save; 'auto': chosen from a save's measured cost and the folder's failures
+                 *,               # The rest by name only, in groups: when to stop; what to keep and where; how to resume
                  signals=(signal.SIGTERM, signal.SIGUSR1), # Signals that make every rank save and stop
                  save_switch:str|None='save-now', # A file of this name in `path` (in `local` when given) makes the run save now
                  stop_switch:str|None='stop-now', # A file of this name in `path` (in `local` when given) makes the run save and stop
