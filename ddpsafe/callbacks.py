@@ -48,6 +48,10 @@ def learner_fit(self, n_epoch, lr=None, wd=None, cbs=None, reset_opt=False, star
     _fits[self] = []
     try:
         with watching_progress(): return fastai_stock['Learner.fit'](self, n_epoch, lr=lr, wd=wd, cbs=cbs, reset_opt=reset_opt, start_epoch=start_epoch)
+    except Exception as e:
+        err = name_failure(e)   # named before the fit closes: its callbacks' signal handlers still hold a launcher's SIGTERM off meanwhile
+        if err is e: raise
+        raise err from e
     finally:
         for close in _fits.pop(self, []): close()
 
