@@ -42,7 +42,7 @@ def at_fit_end(learn:Learner, close):
 # %% ../nbs/04_callbacks.ipynb #d05f3c17
 @patch_fastai('fastai.learner', 'Learner.fit')
 def learner_fit(self, n_epoch, lr=None, wd=None, cbs=None, reset_opt=False, start_epoch=0):
-    "fastai's `fit`, marking its span for `fitting`, `at_fit_end` and the heartbeat's `watching_progress`; every rank's deciding callbacks checked first"
+    "fastai's `fit`, marking its span for `fitting`, `at_fit_end` and the heartbeat's `watching_progress`; every rank's deciding callbacks checked first; a failure named before the fit closes"
     if fitting(self): return fastai_stock['Learner.fit'](self, n_epoch, lr=lr, wd=wd, cbs=cbs, reset_opt=reset_opt, start_epoch=start_epoch)
     check_deciding_callbacks(self, cbs)
     _fits[self] = []
