@@ -80,13 +80,11 @@ def before_fit(self:CheckpointCallback):
     self.steps_before, self.fit_steps = run.steps, 0
     self.parts = TrainingState(self.learn, self.extra, header=[PositionState(self.learn, self), SetupState(setup_signature(self.learn))])   # where the loops are, and the run's facts
     say(late_callbacks_note(self.parts, self.order)); say(loader_note(self.dls.train))
-    self.last_pos, self.stopped_by, self.skipped_fit, self.ran_epoch = None, None, False, False
+    self.last_pos, self.stopped_by, self.ran_epoch = None, None, False
     self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(_NOT_ASKED), False, False, False
     started, self.saved_stop = time.monotonic(), False
     self.stops = StopRequests(self.signals, self.saver.root, self.save_switch, self.stop_switch, self.poll_seconds).install()
-    if run.fits_left and run.stopped:
-        self.skipped_fit = True
-        raise CancelFitException()      # a stop request ended an earlier fit of this `fine_tune`: the rest waits for the resume
+    if run.fits_left and run.stopped: raise CancelFitException()   # a stop request ended an earlier fit of this `fine_tune`: the rest waits for the resume
     if self.resume is not False and self.resume is not None: self._resume()
     history = self.saver.root if self.saver.storage.local else None   # object storage: no append
     self.timer = SaveTimer(self.every_seconds, history, is_main(), self.async_save, started)   # after the resume: the time a restart takes includes it
@@ -223,9 +221,7 @@ def save(self:CheckpointCallback,
     elif not self.saver.memory_ready(pos['global_step']): return False   # nor for its own: skipped, nothing collected
     meta = self.parts.meta(reason=reason, stop=stop, finished=finished) | dict(monitor=self.monitor, comp=_name(self.comp),   # where, why, the run's facts;
                 metric=recorded(self.learn, self.monitor) if pos['epoch_done'] else None)   # then what picks the best checkpoint
-    with step_lock(self.learn): states, shards = self.parts.collect(sharded=self.saver.sharded)   # every rank, one step boundary
-    files = self.parts.contents(states)
-    meta['parts'] = self.parts.files_of(files)
+    with step_lock(self.learn): files, meta['parts'], shards = self.parts.to_files(self.saver.sharded)   # every rank, one step boundary
     if memory: self.saver.save_memory(pos['global_step'], files, meta); return True
     self.saver.save(pos['global_step'], files, meta, shards)     # written as this fit chose: now or in the background, whole or in shards
     self.last_pos, self.saved_stop = (pos['global_step'], pos['epoch_done']), stop
@@ -237,15 +233,8 @@ def save(self:CheckpointCallback,
 def _resume(self:CheckpointCallback):
     "Load this fit's newest checkpoint and go on from it"
     ck, man = resume_checkpoint(self.saver, self.resume, self.learn.path)   # in the saver's folders, the memory tier's too
-    if ck is None or man.get('fit', 0) < self.fit_idx: return
-    if man.get('fit', 0) > self.fit_idx:
-        self.skipped_fit = True
-        raise CancelFitException()
-    state, changed = restore(ck, man, self.parts, len(self.dls.train), self.accept_changes, shard_index(ck, man))
-    at = self.parts['position'].resumed
+    if ck is None or man.get('fit', 0) < self.fit_idx: return   # nothing saved yet, or by an earlier fit of this `fine_tune`
+    if man.get('fit', 0) > self.fit_idx: raise CancelFitException()   # a later fit of this `fine_tune` saved it: this one was over
+    at = resume_from(self.learn, ck, man, self.parts, self.accept_changes, shard_index(ck, man))   # the loops go on from there ([resume](resume.html))
     self.fit_steps = at.get('fit_steps', at['train_iter'])
     self.steps_before, self.last_pos = at['global_step'] - self.fit_steps, (at['global_step'], at['epoch_done'])
-    arm_resume(self.learn, self.parts, at, same_fit='fit' not in changed)   # the loops go on from there ([resume](resume.html))
-    if is_main():
-        print(resume_message(ck, state, self.n_epoch, len(self.dls.train)))
-        if state['world_size'] != world(): print(world_change_message(ck, state))

@@ -478,6 +478,15 @@ def files_of(self:TrainingState,
     "The file each part went to, as the manifest records it: a part whose whole file is not written is in the shards (`SHARD_INDEX`)"
     return {p.name: p.file if p.file in contents else SHARD_INDEX for p in self if not p.header}
 
+@patch
+def to_files(self:TrainingState,
+             sharded:bool=False # Do parts with `shards()` write their tensors in shards?
+            ) -> tuple:
+    "This step boundary's state as a checkpoint holds it: (each file and what it holds, the file each part went to, the tensors that go to shards); collective"
+    states, shards = self.collect(sharded)
+    files = self.contents(states)
+    return files, self.files_of(files), shards
+
 def checkpoint_writers(contents:dict) -> dict:
     "A writer for each file of a checkpoint, in the format its name says: safetensors, else `torch.save`"
     return {name: writer_for(c, name, crc32=False) for name, c in contents.items()}

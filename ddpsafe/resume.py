@@ -28,7 +28,7 @@ from .parts import *
 __all__ = ['ROLLED_BACK', 'step_lock', 'RunState', 'run_state', 'arm_resume', 'model_signature', 'optimizer_signature',
            'fit_method', 'fit_signature', 'setup_signature', 'setup_changes', 'choose_checkpoint',
            'read_checkpoint_file', 'chosen_checkpoint', 'resume_checkpoint', 'check_setup', 'resume_message',
-           'position_in', 'world_change_message', 'restore']
+           'position_in', 'world_change_message', 'restore', 'resume_from']
 
 # %% ../nbs/07e_resume.ipynb #9f2b6736
 _locks = once_a_process('step_locks', weakref.WeakKeyDictionary)   # one per process, however often this runs
@@ -327,3 +327,19 @@ def restore(ck:Path,           # The checkpoint a resume chose
     changed = check_setup(ck, parts['setup'].saved['setup'], parts['setup'].setup, accept_changes)   # as the checkpoint's, as this fit's
     load(skip={'model'} | ({'optimizer'} if 'optimizer' in changed else set()))
     return state, changed
+
+# %% ../nbs/07e_resume.ipynb #d34ed2b5
+def resume_from(learn:Learner,     # The learner whose `fit` begins
+                ck:Path,           # The checkpoint a resume chose (`resume_checkpoint`)
+                man:dict,          # Its manifest
+                parts,             # The fit's registry (`TrainingState`)
+                accept_changes=(), # What may differ on purpose: any of 'model', 'optimizer', 'fit', 'parts'
+                index=None         # Its shard index (`shard_index`) when it is in shards
+               ) -> dict:
+    "Load `ck` into `parts` and arm `learn`'s loops to go on from it; rank 0 says where: the position resumed at; collective"
+    state, changed = restore(ck, man, parts, len(learn.dls.train), accept_changes, index)
+    at = parts['position'].resumed
+    arm_resume(learn, parts, at, same_fit='fit' not in changed)
+    if is_main(): print(resume_message(ck, state, learn.n_epoch, len(learn.dls.train)))
+    if is_main() and state['world_size'] != world(): print(world_change_message(ck, state))
+    return at
