@@ -51,6 +51,7 @@ def learner_fit(self, n_epoch, lr=None, wd=None, cbs=None, reset_opt=False, star
     except Exception as e:
         err = name_failure(e)   # named before the fit closes: its callbacks' signal handlers still hold a launcher's SIGTERM off meanwhile
         if err is e: raise
+        print(f'ddpsafe: {err}', file=sys.stderr, flush=True)   # said at once: the launcher's SIGTERM may still end this rank as it closes
         raise err from e
     finally:
         for close in _fits.pop(self, []): close()

@@ -148,12 +148,12 @@ def _alive(pid:int) -> bool:
     try: return Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0] != 'Z'
     except (FileNotFoundError, ProcessLookupError): return False
 
-def run_job(run:Path, *args, ranks:int=1, env:dict|None=None, limit:float=90) -> tuple:
-    """`tests/scripts/failing_train.py RUN *args`, in one process or under torchrun on `ranks` ranks, with the default
-    `DDPSAFE_TIMEOUT` unless `env` sets it: (exit code, seconds, output, pids left alive). A job still running after `limit`
-    seconds is killed, and the test fails naming the ranks and DataLoader workers still alive"""
+def run_job(run:Path, *args, ranks:int=1, env:dict|None=None, limit:float=90, torchrun_args=()) -> tuple:
+    """`tests/scripts/failing_train.py RUN *args`, in one process or under torchrun on `ranks` ranks (with `torchrun_args`),
+    with the default `DDPSAFE_TIMEOUT` unless `env` sets it: (exit code, seconds, output, pids left alive). A job still
+    running after `limit` seconds is killed, and the test fails naming the ranks and DataLoader workers still alive"""
     script, torchrun = Path(__file__).parent/'scripts'/'failing_train.py', Path(sys.executable).parent/'torchrun'
-    cmd = ([str(torchrun), '--nproc_per_node', str(ranks)] if ranks > 1 else [sys.executable]) + [str(script), str(run), *map(str, args)]
+    cmd = ([str(torchrun), '--nproc_per_node', str(ranks), *torchrun_args] if ranks > 1 else [sys.executable]) + [str(script), str(run), *map(str, args)]
     env = {**{k: v for k, v in os.environ.items() if k != 'DDPSAFE_TIMEOUT'}, **(env or {})}   # by default, 30 minutes
     t0 = time.monotonic()
     with open(run.parent/f'{run.name}.out', 'w') as out:

@@ -6,12 +6,13 @@ its after-fork step while gloo's work thread holds the interpreter's thread-list
 `launcher_train.py --hang-first-fork 1`: rank 1's first forked worker never returns from a fork handler, so it never
 reaches torch's worker loop, as the deadlocked child does not. The job runs under the real `torchrun` on 2 CPU ranks
 with fastai `DataLoaders` and 2 workers per rank; each launch is bounded, and a launch that does not end fails the test
-with the ranks that did not report a result."""
+with the ranks that did not report a result. `test_named_before_a_slow_close` makes the launcher's SIGTERM reach rank 0
+while its fit closes (torchrun's `--monitor-interval 3`, a close 10 s long): the failure must be said before the close."""
 from __future__ import annotations
-import os, sys, json, subprocess
+import os, sys, json, time, subprocess
 from pathlib import Path
 import pytest, torch
-from conftest import run_job
+from conftest import run_job, left_behind
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT, TORCHRUN = ROOT/'tests'/'scripts'/'launcher_train.py', Path(sys.executable).parent/'torchrun'
@@ -78,3 +79,12 @@ def test_callback_waiting_on_a_lock(tmp_path):
     "Rank 1's main thread blocks on a lock in a callback at step 9: named the same way"
     code, secs, out, left = run_job(tmp_path/'run', 'lock', ranks=2, env=STUCK)
     check_named(code, out, left, 'in callback Boom.after_batch (failing_train.py:', 'at step 9')
+
+def test_named_before_a_slow_close(tmp_path):
+    """The same, with rank 0's fit 10 s slow to close after the signals have their handlers back, and torchrun looking at
+    its workers every 3 s: its SIGTERM comes while rank 0 closes and ends it there, so the failure must be said before"""
+    code, secs, out, _ = run_job(tmp_path/'run', 'lock', '--slow-close', 10, ranks=2, env=STUCK, torchrun_args=('--monitor-interval', '3'))
+    deadline = time.monotonic() + 10      # a rank ended by SIGTERM leaves its loader's workers to torch's watchdog: 5 s
+    while left_behind(tmp_path/'run') and time.monotonic() < deadline: time.sleep(0.5)
+    check_named(code, out, left_behind(tmp_path/'run'), 'in callback Boom.after_batch (failing_train.py:', 'at step 9')
+    assert secs < 60 and 'exitcode  : -15' in out, f'{secs:.0f}s: rank 0 was not ended by the SIGTERM during its close\n{out[-2000:]}'

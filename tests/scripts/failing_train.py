@@ -11,6 +11,8 @@ MODE `block`: in epoch 1 the 5th item a worker of rank R loads never comes back 
 on rank R waits at step 9 for a lock nobody releases. MODE `none`: no fault (the reference run; `--out` keeps the weights).
 MODE `callback`: a user callback raises `ValueError('bad callback at step 9')` on rank R right after the checkpoint of
 step 8 was handed to the background writer (`async_save=True`; the write is slowed by 2 s so that it is in flight).
+`--slow-close S`: rank 0's fit takes S seconds more to close, after `CheckpointCallback` has given the signals their
+handlers back (a stand-in for a slow close: a DataLoader worker, a file system); a launcher's SIGTERM then ends rank 0.
 Every process that touches the data (ranks and their workers) writes its pid to `RUN/pids/`; each rank prints
 `RESULT ...` if its fit returns. `CheckpointCallback` is attached with its defaults (signals blocked in the workers)."""
 from __future__ import annotations
@@ -21,6 +23,7 @@ def main():
     p = argparse.ArgumentParser(); p.add_argument('run'); p.add_argument('mode', choices=['none', 'worker', 'block', 'lock', 'callback', 'lm'])
     p.add_argument('--loader', choices=['fastai', 'torch'], default='fastai'); p.add_argument('--fail-rank', type=int, default=1)
     p.add_argument('--out', default=None, help="write a finished run's weights to OUT.rank{r}")
+    p.add_argument('--slow-close', type=float, default=0, help="rank 0's fit takes this many seconds more to close")
     a = p.parse_args()
     r, run = int(os.environ.get('RANK', 0)), Path(a.run)
     (run/'pids').mkdir(parents=True, exist_ok=True)
@@ -67,6 +70,12 @@ def main():
             if a.mode in ('callback', 'lock') and self.training and r == a.fail_rank and self.train_iter == 9:
                 if a.mode == 'lock': import threading; lock = threading.Lock(); lock.acquire(); lock.acquire()
                 raise ValueError('bad callback at step 9')
+    class SlowClose(Callback):
+        "Rank 0's fit closes `--slow-close` seconds later, after the checkpoint callback's own close"
+        order = 70
+        def before_fit(self):
+            from ddpsafe.callbacks import at_fit_end   # the fit's close, which runs however the fit ends
+            if r == 0 and a.slow_close: at_fit_end(self.learn, lambda: time.sleep(a.slow_close))
     from ddpsafe.saver import Saver
     class SlowWrites(CheckpointCallback):
         "Its background writes take 2 s longer"
@@ -78,7 +87,7 @@ def main():
                 return commit(*args, **kwargs)
             self.saver.write = slow
 
-    learn = Learner(dls, torch.nn.Linear(4, 1), loss_func=MSELossFlat(), lr=1e-2, path=run, cbs=[Epochs(), Boom()])
+    learn = Learner(dls, torch.nn.Linear(4, 1), loss_func=MSELossFlat(), lr=1e-2, path=run, cbs=[Epochs(), Boom(), SlowClose()])
     learn.remove_cb(ProgressCallback)
     ckpt = SlowWrites(every_steps=2, async_save=True) if a.mode == 'callback' else CheckpointCallback()
     if int(os.environ.get('WORLD_SIZE', 1)) > 1:
