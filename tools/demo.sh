@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Set up .venv (tools/setup.sh), then run the demo.
+# Set up .venv-vision (tools/setup_vision.sh: torch, torchvision and ddpsafe in one pip call, as the README installs),
+# then run the demo there. The README's train.py runs in the same environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/setup.sh
-exec .venv/bin/ddpsafe-demo "$@"
+bash tools/setup_vision.sh
+exec .venv-vision/bin/ddpsafe-demo "$@"

@@ -144,8 +144,9 @@ def fastai_progress(text:str) -> tuple[list[str], list[list[list[str]]], list[st
     return (before, tables, after) if tables else (before + after, [], [])
 
 def neutral_paths(s:str) -> str:
-    "Build-machine paths as neutral names: temporary folders (`/tmp/tmpk2x9q1ab/models` -> `run/models`), this checkout"
-    s = re.sub(r'''[^\s'"(]*/(?:site|dist)-packages/''', '', _tmp.sub(lambda m: m.group(1) or 'run', s))
+    """Build-machine paths as neutral names: a page's temporary folder is the reader's working directory
+    (`/tmp/tmpk2x9q1ab/models` -> `./models`, as the text says `models/`), a named one keeps its name; this checkout"""
+    s = re.sub(r'''[^\s'"(]*/(?:site|dist)-packages/''', '', _tmp.sub(lambda m: m.group(1) or '.', s))
     return s.replace(str(ROOT) + os.sep, '')
 
 def _stream(name, lines): return {'output_type': 'stream', 'name': name, 'text': '\n'.join(lines).strip('\n') + '\n'}

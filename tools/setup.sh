@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Create .venv and install ddpsafe with its dev tools, once. Idempotent: a second run only checks.
-# TORCH_SPEC picks the torch build; the default is the CPU wheel this project is tested with.
+# Create .venv, the test environment: ddpsafe with its dev tools, once. Idempotent: a second run only checks.
+# TORCH_SPEC picks torch; the default, torch 2.13.0, is what CI's tests run on (its test machines hold it as a CPU wheel
+# on their disk; elsewhere pip takes PyPI's build of it). No torchvision: fastai.vision runs in .venv-vision.
 # Installing torch and ddpsafe in ONE pip call keeps pip from resolving `torch` on its own
 # (which would pull a multi-GB CUDA build on a machine without a GPU).
 set -euo pipefail

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv-vision and install ddpsafe with torchvision in it, once (for tests/test_apps.py's vision runs). Idempotent:
+# Create .venv-vision and install ddpsafe with torch and torchvision in it, once: the README's install, pinned to what
+# CI tests; the demo (tools/demo.sh), the README's train.py and tests/test_apps.py's vision runs use it. Idempotent:
 # a second run only checks. fastai.vision needs torchvision, and PyPI's torchvision does not import beside the local CPU
 # torch wheel that tools/setup.sh installs. It does beside a torch build of its own release, which runs on the CPU too:
 # on x86_64 torch 2.14.1 with torchvision 0.29.1 (CUDA builds, which pip takes from this machine's disk where they lie
