@@ -70,11 +70,11 @@ def checkpoint_rows(root:Path|str,        # The checkpoints folder
 
 # %% ../nbs/09_cli.ipynb #3f4e2a1b
 def format_rows(rows:list) -> str:
-    "`rows` as an aligned text table"
-    head = ['checkpoint', 'step', 'epoch', 'size', 'saved', 'status', 'metric', '']
-    body = [[r['name'], '' if r['step'] is None else str(r['step']), '' if r['epoch'] is None else str(r['epoch']),
-             _human(r['size']), time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r['time'])) if r['time'] else '',
-             r['status'], '' if r['metric'] is None else f"{r['monitor']}={r['metric']:.4g}", 'best' if r['best'] else '']
+    "`rows` as an aligned text table: the best mark beside the name, then what a narrow window must show first"
+    head = ['checkpoint', '', 'status', 'metric', 'step', 'epoch', 'size', 'saved']
+    body = [[r['name'], 'best' if r['best'] else '', r['status'], '' if r['metric'] is None else f"{r['monitor']}={r['metric']:.4g}",
+             '' if r['step'] is None else str(r['step']), '' if r['epoch'] is None else str(r['epoch']),
+             _human(r['size']), time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r['time'])) if r['time'] else '']
             for r in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
     return '\n'.join('  '.join(x.ljust(w) for x, w in zip(line, widths)).rstrip() for line in [head, *body])
