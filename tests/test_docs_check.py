@@ -1,6 +1,7 @@
 """The docs checker (tools/browser_check.py) fails on what a reader should not see: tiny pages built here, each with
 one problem (a fastai progress bar, a build-machine path, an API entry without its parameter table, an image without
-alt text, a page wider than a phone, a heading that did not render, code broken inside a name), loaded in headless Chromium the way the checker
+alt text, a page wider than a phone, a heading that did not render, code broken inside a name; on a phone a copy button over
+code, a tutorial's end-of-line comment cut at the edge, `ddpsafe-ls`'s best mark out of sight), loaded in headless Chromium the way the checker
 loads the site; and a clean page passes. Skipped only when no Chromium is installed. Then the docs build's own rules
 (tools/docs.py): show_doc headings render (dunders included), the API index fails on a name with no entry, fastai's
 progress becomes one table per fit."""
@@ -25,6 +26,8 @@ CLEAN = f'''<p>Training ran for three epochs and saved to <code>run/checkpoints<
 <code><span style="white-space:nowrap">ddpsafe-status</span> checkpoints</code>.</p>
 <p style="width:120px"><code><span style="white-space:nowrap">ddpsafe-export</span> <span style="white-space:nowrap">--best</span></code></p>'''
 
+CODE = 'display:block;white-space:pre;overflow-x:auto'   # a code block that scrolls sideways, as the site's do
+
 def page(body:str) -> str:
     return f'<!doctype html><html><head><meta name="viewport" content="width=device-width"></head><body><article>{body}</article></body></html>'
 
@@ -41,24 +44,36 @@ def site(tmp_path_factory):
                  wide=CLEAN + '<div style="width:900px">a table drawn wider than a phone</div>',
                  broken=CLEAN + '<pre style="width:150px"><code style="white-space:pre-wrap;overflow-wrap:anywhere">learn.fit(1, cbs=SaveModelCallback(monitor=\'accuracy\', comp=np.greater, min_delta=0.01, fname=\'best_model_by_accuracy\'))</code></pre>',
                  broken_inline=CLEAN + '<p style="width:150px">Ask <code style="overflow-wrap:anywhere">SaveModelCallback(monitor=\'accuracy_of_the_validation_set_every_epoch\')</code></p>',
-                 heading=CLEAN + '<h3 id="x">TrackerCallback.<strong>call</strong> { #trackercallback.<strong>call</strong> .nb-sd }</h3>')
+                 heading=CLEAN + '<h3 id="x">TrackerCallback.<strong>call</strong> { #trackercallback.<strong>call</strong> .nb-sd }</h3>',
+                 button=CLEAN + f'<pre style="position:relative"><nav class="md-code__nav" style="position:absolute;top:0;right:0;'
+                                f'width:60px;height:30px;background:#eee"></nav><code style="{CODE}">{"x = 1 + 2 " * 12}</code></pre>',
+                 comment=CLEAN + f'<pre><code style="{CODE}">learn = synth_learner(path=\'.\')                  # your Learner, made up</code></pre>',
+                 ls_best=CLEAN + f'<div class="nb-out"><pre><code style="{CODE}">checkpoint\nstep-00000018{" " * 60}best  complete</code></pre></div>')
     for name, body in pages.items(): (root/f'{name}.html').write_text(page(body), encoding='utf-8')
     srv = bc.Server(root, '/')
     yield exe, srv.base
     srv.close()
 
-def problems(site, name:str, width:int=390) -> list[str]:
-    "Everything the checker finds on fixture page `name` at `width` px"
+def problems(site, name:str, width:int=390, story:bool=True) -> list[str]:
+    "Everything the checker finds on fixture page `name` at `width` px, read as a tutorial's page (`story`) or not"
     exe, base = site
     r, dom, _ = bc.read_page(exe, base + f'{name}.html', width)
-    return bc.text_problems(''.join(bc.parse(dom).main)) + bc.reader_problems(r, width)
+    return bc.text_problems(''.join(bc.parse(dom).main)) + bc.reader_problems(r, width, story)
 
 def test_clean_page_passes(site): assert problems(site, 'clean', 1280) == [] and problems(site, 'clean', 390) == []
+
+def test_phone_rules_where_they_apply(site):
+    "An end-of-line comment and a far best mark are a tutorial's problem on a phone only; a button over code, any page's"
+    assert problems(site, 'comment', 390, story=False) == [] and problems(site, 'comment', 1280) == []
+    assert problems(site, 'ls_best', 390, story=False) == [] and problems(site, 'button', 1280) == []
+    assert any('copy button covers code' in p for p in problems(site, 'button', 390, story=False))
 
 @pytest.mark.parametrize('name,expect', [('progress', 'progress bar'), ('path', 'build-machine path'),
                                          ('no_table', 'no parameter table'), ('bad_alt', 'no alt text'),
                                          ('wide', 'wider than the window'), ('heading', 'did not render'),
-                                         ('broken', 'breaks inside a name'), ('broken_inline', 'breaks inside a name')])
+                                         ('broken', 'breaks inside a name'), ('broken_inline', 'breaks inside a name'),
+                                         ('button', 'copy button covers code'), ('comment', 'end-of-line comment is cut'),
+                                         ('ls_best', '"best" mark is out of sight')])
 def test_checker_fails(site, name, expect):
     probs = problems(site, name)
     assert any(expect in p for p in probs), probs

@@ -20,7 +20,10 @@ Then what a reader sees, page by page, at 1280 px and at 390 px wide (`reader_pr
   drawn more than `MAX_SHRINK` times wider than it is shown, so that its text becomes too small to read;
 - a page wider than the window (a code block scrolls inside its own box instead), or code that breaks a line inside a
   name (`'accurac|y'`, `ddpsafe-|ls`): a code block must keep its lines, inline code may break between names only;
-- a heading whose text shows markdown that did not render (`**call**`, `{ #anchor .nb-sd }`).
+- a heading whose text shows markdown that did not render (`**call**`, `{ #anchor .nb-sd }`);
+- at 390 px: a copy button over code; on the landing page, the tutorials and the how-to pages, an end-of-line
+  comment cut at the window's edge (put it on a line of its own) and `ddpsafe-ls`'s best mark out of sight; the
+  best-model page must show that mark.
 It reports, without failing, build noise in what the pages show (`noise_problems`): a Python warning, fastai's epoch
 table header printed as plain text, a raw list of recorder values.
 It saves screenshots of the first screen of the landing page, the checkpoint page, the CLI page and the API index, at
@@ -78,8 +81,30 @@ function run(){
   r.outputs = []; main.querySelectorAll('pre').forEach(function(p){ if (!p.closest('table')) r.outputs.push(p.innerText); });
   main.querySelectorAll('.sd-entry').forEach(function(e){ var h = e.querySelector('h1,h2,h3,h4,h5,h6'), c = e.querySelector('pre');
     r.entries.push({name: h ? (h.id || h.textContent) : '?', sig: c ? c.textContent : '', table: !!e.querySelector('table')}); });
+  r.pres = []; main.querySelectorAll('pre').forEach(function(p){   // what of each code block shows without scrolling
+    var c = p.querySelector('code') || p, b = p.querySelector('.md-code__nav, .md-clipboard'), text = c.innerText;
+    r.pres.push({out: !!p.closest('.nb-out, .nb-output'), text: text, cols: visibleColumns(c), under: b ? textUnder(c, b) : null}); });
   var s = document.createElement('script'); s.type = 'application/json'; s.id = '__reader';
   s.textContent = JSON.stringify(r).replace(/</g, '\\u003c'); document.body.appendChild(s);
+}
+function visibleColumns(c){   // how many characters of a line show in code block `c` before it must scroll
+  var cs = getComputedStyle(c), m = document.createElement('span');
+  m.textContent = '0000000000'; m.style.visibility = 'hidden'; m.style.position = 'absolute'; c.appendChild(m);
+  var w = m.getBoundingClientRect().width / 10; c.removeChild(m);
+  return w ? Math.floor((c.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight)) / w) : 0;
+}
+function textUnder(c, button){   // the line of code that a copy button covers, if it covers any character
+  var bb = button.getBoundingClientRect(); if (!bb.width || !bb.height) return null;
+  var tw = document.createTreeWalker(c, NodeFilter.SHOW_TEXT), rg = document.createRange(), n;
+  while ((n = tw.nextNode())) for (var i = 0; i < n.data.length; i++){
+    if (/\s/.test(n.data[i])) continue;
+    rg.setStart(n, i); rg.setEnd(n, i + 1);
+    var q = rg.getBoundingClientRect();
+    if (q.top > bb.bottom) return null;
+    if (q.right > bb.left && q.left < bb.right && q.bottom > bb.top && q.top < bb.bottom)
+      return (n.data.slice(Math.max(0, i - 30), i) + '|' + n.data.slice(i, i + 10)).trim();
+  }
+  return null;
 }
 function brokenName(el){   // where `el`'s text goes on to a new line between two characters of one name, if it does
   var tw = document.createTreeWalker(el, NodeFilter.SHOW_TEXT), rg = document.createRange(), top = null, prev = '', n;
@@ -193,10 +218,41 @@ def takes_params(sig:str) -> bool:
     m = re.search(r'\((.*)\)', sig, re.S)
     return bool(m and [p for p in m.group(1).split(',') if p.strip() and p.strip() not in ('self', '*', '/')])
 
-def reader_problems(r:dict, width:int) -> list[str]:
-    "What is wrong with a page as `READER_JS` measured it at `width` px"
+_eol_comment = re.compile(r'\S\s+(#\s.*)$')                          # code, then a comment, on one line
+_ls_best = re.compile(r'^step-\d+\s+best\b', re.M)                     # ddpsafe-ls's mark of the best checkpoint
+def code_problems(pres:list, width:int, story:bool) -> list[str]:
+    """Code blocks on a phone (`width` up to 500 px): a copy button over code, on any page; on a tutorial or how-to
+    page (`story`), an end-of-line comment cut at the window's edge and `ddpsafe-ls`'s best mark out of sight.
+    (On a wide screen the button still covers the end of a line long enough to reach it, as on most sites)"""
+    if width > 500: return []
+    res = [f'at {width} px: the copy button covers code: {p["under"]!r}' for p in pres if p.get('under')]
+    if not story: return res
+    for p in pres:
+        if p['out'] or not p['cols']: continue
+        for line in p['text'].splitlines():
+            if (m := _eol_comment.search(line)) and m.end(1) > p['cols']:
+                res.append(f'at {width} px: an end-of-line comment is cut at the window\'s edge ({p["cols"]} characters show): '
+                           f'{line.strip()!r}; put it on a line of its own'); break
+    for p in pres:
+        if p['cols'] and any(m.end() - m.start() > p['cols'] for m in _ls_best.finditer(p['text'])):
+            res.append(f'at {width} px: ddpsafe-ls\'s "best" mark is out of sight ({p["cols"]} characters show)')
+    return res
+
+def story_pages() -> set[str]:
+    "The landing page, the tutorials and the how-to pages: their examples are read on phones too"
+    import json
+    res = {'index.html'}
+    for nb in (ROOT/'nbs').glob('*.ipynb'):
+        head = ''.join(next((c['source'] for c in json.loads(nb.read_text())['cells'][:3] if '- section:' in ''.join(c['source'])), []))
+        if re.search(r'^- section: (Tutorials|How-to recipes)\s*$', head, re.M): res.add(re.sub(r'^\d+[a-z]?_', '', nb.stem) + '.html')
+    return res
+MUST_SHOW = {'best_model.html': (_ls_best, "ddpsafe-ls's best mark")}   # what a page is for: it must be there
+
+def reader_problems(r:dict, width:int, story:bool=False) -> list[str]:
+    """What is wrong with a page as `READER_JS` measured it at `width` px; `story`: a tutorial or how-to page, whose
+    examples are read on a phone too"""
     if not r: return [f'at {width} px: the page did not run its measurements']
-    res = []
+    res = code_problems(r.get('pres', []), width, story)
     if r['scroll'] > r['viewport'] + 1: res.append(f'at {width} px: the page is {r["scroll"] - r["viewport"]} px wider than the window')
     res += [f'at {width} px: code breaks inside a name: {w!r}' for w in r.get('broken', [])]
     res += [f'a heading shows markdown that did not render: {h!r}' for h in r.get('headings', []) if _unrendered.search(h)]
@@ -315,7 +371,7 @@ def main():
             if not rel.endswith('404.html') and rel not in indexed: fail(f'search index has no entry for {rel}')
 
     # each page in Chromium, at each width: JavaScript errors, the rendered main content, what a reader sees
-    n_pages, noise = 0, []
+    n_pages, noise, stories = 0, [], story_pages()
     for url in sorted(u for u in pages if not u.endswith('/404.html')):
         n_pages += 1
         for width in WIDTHS:
@@ -326,7 +382,10 @@ def main():
             text = re.sub(r'\s+', ' ', ''.join(parse(dom).main)).replace('¶', '').strip()
             if not dom.strip(): fail(f'{url}: Chromium returned no DOM'); continue
             if len(text) < a.min_text: fail(f'{url}: main content is empty ({len(text)} characters: {text[:80]!r})')
-            for prob in text_problems(text) + reader_problems(r, width): fail(f'{url}: {prob}')
+            rel = url[len(base):] or 'index.html'
+            for prob in text_problems(text) + reader_problems(r, width, rel in stories): fail(f'{url}: {prob}')
+            if rel in MUST_SHOW and not any(MUST_SHOW[rel][0].search(p['text']) for p in r.get('pres', [])):
+                fail(f'{url}: shows no {MUST_SHOW[rel][1]}')
             if width == WIDTHS[0]: noise += [f'{url[len(base):]}: {n}' for n in noise_problems(r)]
         print(f'  read {url[len(base):] or "index.html"}: {len(text)} characters of content', flush=True)
 
