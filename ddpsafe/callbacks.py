@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/callbacks.html.md"""
 
 # %% ../nbs/04_callbacks.ipynb #6191a7ad
 from __future__ import annotations
-import os, sys, shutil, tempfile, warnings, weakref
+import os, io, sys, shutil, tempfile, warnings, weakref, contextlib
 from pathlib import Path
 import torch
 from fastcore.foundation import L
@@ -19,7 +19,7 @@ from .patching import fastai_stock, patch_fastai
 
 # %% auto #0
 __all__ = ['DECIDING_CALLBACKS', 'TRAINERS', 'fitting', 'training_fit', 'at_fit_end', 'CallbacksDiffer', 'deciding',
-           'trains_together', 'check_deciding_callbacks', 'TrainingCallback', 'patch_fastai']
+           'trains_together', 'check_deciding_callbacks', 'quiet_unless_main', 'TrainingCallback', 'patch_fastai']
 
 # %% ../nbs/04_callbacks.ipynb #3c3b2095
 _all_ = ['patch_fastai']   # defined in `ddpsafe.patching`; still importable from here
@@ -94,11 +94,20 @@ def check_deciding_callbacks(learn:Learner, cbs=None): # The callbacks given to 
                               ': it decides for every rank (a new best, stop, the weights to load, when to save), so every rank must have it. '
                               "Give it to every rank's fit (`cbs=`), not only rank 0's")
 
+# %% ../nbs/04_callbacks.ipynb #cd2273cf
+@contextlib.contextmanager
+def quiet_unless_main():
+    "Inside the block, what this process prints to `sys.stdout` is printed on rank 0 only"
+    if is_main(): yield
+    else:
+        with contextlib.redirect_stdout(io.StringIO()): yield
+
 # %% ../nbs/04_callbacks.ipynb #fba729d3
 @patch_fastai('fastai.callback.tracker', 'TrackerCallback.__call__')
 def tracker_call(self, event_name):
-    "fastai's event dispatch, inside a training `fit` only"
-    if training_fit(self.learn): return Callback.__call__(self, event_name)
+    "fastai's event dispatch, inside a training `fit` only; what `after_epoch` prints, printed by rank 0 alone"
+    if not training_fit(self.learn): return
+    with quiet_unless_main() if event_name == 'after_epoch' else contextlib.nullcontext(): return Callback.__call__(self, event_name)
 
 # %% ../nbs/04_callbacks.ipynb #6c439960
 class TrainingCallback(Callback):
