@@ -25,11 +25,12 @@ def test_stories_found():
     assert {'index.html', 'quickstart.html', 'best_model.html'} <= {page_of(nb) for nb in STORIES}, STORIES
 
 def test_one_example_model():
-    "Every vision example trains the model the landing page's does"
+    "Every vision example under DDP trains the model the landing page's does (a sharded one is another story: too big for DDP)"
     want = set(re.findall(r'vision_learner\(dls, (\w+)', '\n'.join(shown_code(ROOT/'nbs'/'index.ipynb'))))
     assert len(want) == 1, want
     for nb in STORIES:
-        for m in re.findall(r'vision_learner\(dls, (\w+)', '\n'.join(shown_code(nb))): assert {m} == want, (nb.name, m, want)
+        ddp = '\n'.join(c for c in shown_code(nb) if 'fsdp_ctx' not in c)
+        for m in re.findall(r'vision_learner\(dls, (\w+)', ddp): assert {m} == want, (nb.name, m, want)
         for m in re.findall(r"CheckpointCallback\('s3://[\w/-]*?(resnet\d+)", '\n'.join(shown_code(nb))): assert {m} == want, (nb.name, m)
 
 def test_one_monitor():

@@ -97,7 +97,7 @@ function textUnder(c, button){   // the line of code that a copy button covers, 
   var bb = button.getBoundingClientRect(); if (!bb.width || !bb.height) return null;
   var tw = document.createTreeWalker(c, NodeFilter.SHOW_TEXT), rg = document.createRange(), n;
   while ((n = tw.nextNode())) for (var i = 0; i < n.data.length; i++){
-    if (/\s/.test(n.data[i])) continue;
+    if (/\\s/.test(n.data[i])) continue;
     rg.setStart(n, i); rg.setEnd(n, i + 1);
     var q = rg.getBoundingClientRect();
     if (q.top > bb.bottom) return null;
