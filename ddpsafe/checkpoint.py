@@ -217,7 +217,7 @@ def save(self:CheckpointCallback,
     pos = self.position()
     if (pos['global_step'], pos['epoch_done']) == self.last_pos and not (stop and not self.saved_stop): return False   # a late stop saves its step again: the manifest must say it
     began = time.monotonic()   # what training waits for, from here: `every_seconds='auto'` weighs it
-    if not memory: self.saver.settle()   # a memory save does not wait for the disk's write in flight
+    if not memory: self.saver.settle(pos['global_step'])   # a memory save does not wait for the disk's write in flight; a save that does is said
     elif not self.saver.memory_ready(pos['global_step']): return False   # nor for its own: skipped, nothing collected
     meta = self.parts.meta(reason=reason, stop=stop, finished=finished) | dict(monitor=self.monitor, comp=_name(self.comp),   # where, why, the run's facts;
                 metric=recorded(self.learn, self.monitor) if pos['epoch_done'] else None)   # then what picks the best checkpoint

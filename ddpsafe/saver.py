@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/saver.html.md"""
 
 # %% ../nbs/07f_saver.ipynb #7f000002
 from __future__ import annotations
-import uuid, errno, warnings, contextlib
+import uuid, math, time, errno, warnings, contextlib
 import numpy as np
 from functools import partial
 from pathlib import Path
@@ -92,6 +92,7 @@ class Saver:
         self.writer, self.buffers = (AsyncWriter(), StateBuffers()) if async_save else (None, None)
         self.memory_writer, self.memory_buffers = (AsyncWriter(), StateBuffers()) if memory is not None else (None, None)   # the memory tier's own
         self.memory_step, self.memory_skipped = None, False   # the memory write in flight; has a memory save been skipped this fit?
+        self.submitted, self.memory_submitted, self.waited = None, None, False   # (step, time) of the last background write handed over; has a save waited this fit?
         if sharded and async_save and coordinating(): side_group('write')   # every rank's writer thread talks on it
         self.write = partial(self._write_shards, background=async_save) if sharded else self._commit if async_save else partial(self._commit, on=on_main)
 
@@ -104,6 +105,7 @@ class Saver:
         if not (is_main() or self.sharded): return None      # a whole checkpoint: rank 0's writer alone
         files, shards = self.buffers.copy((files if is_main() else {}, shards))
         self.writer.submit(lambda: self.write(step, files, meta, shards))
+        self.submitted = (step, time.monotonic())
 
     @property
     def write_seconds(self) -> float|None:
@@ -130,12 +132,33 @@ class Saver:
 
 # %% ../nbs/07f_saver.ipynb #7f000013
 @patch
-def settle(self:Saver):
-    "Wait for the write in flight; raise its error everywhere"
+def settle(self:Saver, step:int|None=None): # The step a save is due at; `None`: the fit's end, where a wait is expected
+    "Wait for the write in flight; raise its error everywhere; a save that waited for it is said once a fit"
+    due, busy = time.monotonic(), self.writer is not None and self.writer.busy
     own = self.writer.wait() if self.writer is not None and self.sharded else None   # every rank's writer writes shards
     def wait():
         if self.writer is not None and (err := own if self.sharded else self.writer.wait()) is not None: raise err
+        if busy and step is not None and not self.waited: self.waited = True; print(self.wait_note(step, due, time.monotonic() - due))
     on_main(wait)
+
+def _pace(seconds:float, # How long a write takes
+          steps:int,     # Steps done in `apart` seconds
+          apart:float,   # Seconds
+          knob:str='every_steps') -> str:
+    "How far apart saves must be to outlast a write of `seconds`, at the pace of `steps` steps in `apart` seconds"
+    least = max(math.ceil(seconds*steps/apart), steps+1) if steps > 0 and apart > 0 else None
+    return (f'{least} steps or more (`{knob}={least}`), or ' if least else '') + f'{seconds:.2g} s or more'
+
+@patch
+def wait_note(self:Saver, step:int, # The step whose save waited
+              due:float,     # When it was due (`time.monotonic()`)
+              waited:float   # How long it waited, in seconds
+             ) -> str:
+    "Rank 0's line: a save waited for the background write before it, how long that write took, and how far apart saves must be not to wait"
+    (before, at), took = self.submitted, self.writer.seconds
+    return (f'ddpsafe: the save of step {step} waited {waited:.2g} s for the background write of step {before}: that write took {took:.2g} s, '
+            f'and the saves came {due - at:.2g} s ({step - before} steps) apart; saves {_pace(took, step - before, due - at)} apart would not wait (said once per fit)')
+
 
 # %% ../nbs/07f_saver.ipynb #7f00001c
 @patch
@@ -191,13 +214,21 @@ def memory_ready(self:Saver, step:int # The step due a memory save
 def _memory_free(self:Saver, step:int) -> bool:
     "Rank 0: is the memory writer idle? Its last write's error raised; said once a fit: a save skipped"
     if self.memory_writer.busy:
-        if not self.memory_skipped:
-            self.memory_skipped = True
-            print(f'ddpsafe: memory tier {self.memory.folder}: step {step} not saved there, the write of step {self.memory_step} is still in flight; '
-                  f'a memory save never waits: while a write takes longer than {self.memory.every_steps} steps, some are skipped (said once per fit)')
+        if not self.memory_skipped: self.memory_skipped = True; print(self.skip_note(step))
         return False
     if (err := self.memory_writer.wait()) is not None: raise err
     return True
+
+@patch
+def skip_note(self:Saver, step:int # The step whose memory save is skipped
+             ) -> str:
+    "Rank 0's line: a memory save skipped, the write in flight and how long it has run, the one before it, and how far apart memory saves must be not to skip"
+    ran, last = time.monotonic() - self.memory_submitted, self.memory_writer.seconds   # the write in flight has run `ran` s: it takes longer
+    took = max(ran, last or 0)
+    return (f'ddpsafe: memory tier {self.memory.folder}: step {step} not saved there, the write of step {self.memory_step} is still in flight after {ran:.2g} s '
+            f'({step - self.memory_step} steps)' + (f', the one before it took {last:.2g} s' if last is not None else '') + '; a memory save never waits: '
+            f'while a write takes longer than {self.memory.every_steps} steps, some are skipped; memory saves {_pace(took, step - self.memory_step, ran, "memory_every_steps")} apart '
+            'would skip none (said once per fit)')
 
 @patch
 def _memory_off(self:Saver, e:BaseException) -> bool:
@@ -214,6 +245,7 @@ def save_memory(self:Saver, step:int, # Optimizer steps done: the checkpoint's n
     if not is_main(): return                             # rank 0 writes the memory tier
     tier, files, self.memory_step = self.memory, self.memory_buffers.copy(files), step
     self.memory_writer.submit(lambda: tier.write(step, checkpoint_writers(files), meta))
+    self.memory_submitted = time.monotonic()
 
 # %% ../nbs/07f_saver.ipynb #7f000039
 @patch

@@ -1,0 +1,171 @@
+"""A real fastai fit with `CheckpointCallback` against the same fit without it, in one run (issue 51, item 1).
+
+    python bench/fit_bench.py                  # CPU: 8 Linear layers 2048 wide + Adam (0.4 GB of state), 1 torch thread,
+                                               #      40 steps, a save every 10, 3 repetitions (about 5 minutes on 2 cores)
+    python bench/fit_bench.py --gpu            # one GPU: 1.7 GB and 4 GB of state, steps of about 50 ms, 100 steps,
+                                               #      a save every 25, 3 repetitions, planned within --budget (300 s)
+    python bench/fit_bench.py --cpu-smoke --out X.json   # every path in seconds: checks the code and the JSON, not speed
+
+Each fit is `Learner.fit(1)` of an MLP (`--depth` Linear layers `--width` wide, ReLU between, fastai's Adam) over plain
+torch DataLoaders whose batches already lie on the device, with the Recorder on and no progress bar. Modes:
+`none` (no callback: the baseline, run `--baselines` times per repetition), `async` (`CheckpointCallback(every_steps=K,
+async_save=True)`), `memory` (`memory_every_steps=K`, the disk only at the fit's end) and `sync` (`every_steps=K`).
+Every step is timed by a callback that runs after `CheckpointCallback` (order 66), from one `after_batch` to the next,
+with the device synchronized, so a step holds what training waits for: the batch, the save at that step, the Python of
+every callback. Within a repetition the modes run in an order rotated by one each repetition (alternating), and each
+ratio is taken to the baseline of the same repetition (the median of its baseline fits); the summary gives the median and
+the range over repetitions. The GIL probe (`gil_probe.py`) runs beside every fit.
+
+Per fit: `train_s` (first step to last), `fit_s` (`Learner.fit` whole: with the validation and the save of the fit's end),
+`step_ms` (median step, saves excluded), `save_ms` (each save step), `beside_ms` (median of the steps that began while a
+background write was in flight), `copy_ms` (a `StateBuffers.copy` of the state into reused buffers: pinned host memory on
+CUDA, the floor of any blocking snapshot), `probe_ms` (longest late wake of the probe: over the whole fit, and beside a
+write). Never run on a GPU by its author (2026-11, CPU only): the `--gpu` sizes follow the issue's measurements."""
+from __future__ import annotations
+import os, sys, json, time, argparse, platform, datetime, statistics, tempfile, shutil, contextlib, io
+from pathlib import Path
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from gil_probe import GILProbe
+from checkpoint_bench import load as machine_load
+
+MODES = ('none', 'async', 'memory', 'sync')
+
+def device_facts(device) -> dict:
+    if device.type != 'cuda': return dict(type='cpu', name=platform.processor() or platform.machine(), cpus=os.cpu_count(), threads=torch.get_num_threads())
+    p = torch.cuda.get_device_properties(device)
+    return dict(type='cuda', name=p.name, memory_gb=round(p.total_memory/2**30, 1), cuda=torch.version.cuda, cpus=os.cpu_count())
+
+def sync(device):
+    if device.type == 'cuda': torch.cuda.synchronize(device)
+
+class Batches(torch.utils.data.Dataset):
+    "`n` batches of `x`, `y`, sliced whole on the device (no per-item work)"
+    def __init__(self, x, y, n:int): self.x, self.y, self.n = x, y, n
+    def __len__(self): return self.n
+    def __getitem__(self, i): return self.x, self.y
+
+def learner(width:int, depth:int, batch:int, steps:int, device, folder:Path):
+    from fastai.learner import Learner
+    from fastai.data.core import DataLoaders
+    import fastai.callback.progress   # no_bar, no_logging
+    torch.manual_seed(0)
+    layers = [m for _ in range(depth) for m in (torch.nn.Linear(width, width), torch.nn.ReLU())][:-1]
+    model = torch.nn.Sequential(*layers).to(device)
+    x, y = torch.randn(batch, width, device=device), torch.randn(batch, width, device=device)
+    dl = lambda n: torch.utils.data.DataLoader(Batches(x, y, n), batch_size=None)
+    return Learner(DataLoaders(dl(steps), dl(1), device=device), model, loss_func=torch.nn.MSELoss(), path=folder)
+
+def timer_cb(device, ck):
+    "A callback after `CheckpointCallback` that stamps each training `after_batch`, and whether a background write is then in flight"
+    from fastai.callback.core import Callback
+    class StepTimer(Callback):
+        order = 66
+        def before_train(self): sync(device); self.stamps, self.busy = [time.perf_counter()], [False]
+        def after_batch(self):
+            if not self.training: return
+            sync(device); self.stamps.append(time.perf_counter())
+            s = getattr(ck, 'saver', None)
+            self.busy.append(bool(s and any(w is not None and w.busy for w in (s.writer, s.memory_writer))))
+    return StepTimer()
+
+def one_fit(mode:str, a, device, probe) -> dict:
+    from ddpsafe.checkpoint import CheckpointCallback
+    from ddpsafe.snapshot import StateBuffers
+    folder = Path(tempfile.mkdtemp(dir=a.dir))
+    try:
+        learn = learner(a.width, a.depth, a.batch, a.steps, device, folder)
+        kw = dict(async_=dict(every_steps=a.every, async_save=True), memory=dict(memory_every_steps=a.every), sync=dict(every_steps=a.every)).get(mode.replace('async', 'async_'))
+        ck = CheckpointCallback(every_epoch=None, resume=False, **kw) if kw is not None else None
+        timer = timer_cb(device, ck)
+        out = io.StringIO()
+        with learn.no_bar(), learn.no_logging(), contextlib.redirect_stdout(out):
+            t0 = time.perf_counter(); learn.fit(1, 1e-5, cbs=[c for c in (ck, timer) if c is not None]); sync(device); fit_s = time.perf_counter() - t0
+        st, busy = timer.stamps, timer.busy
+        steps = [b - a_ for a_, b in zip(st, st[1:])]
+        saved = {i for i in range(len(steps)) if ck is not None and (i+1) % a.every == 0}
+        plain = [s for i, s in enumerate(steps) if i not in saved and i > 0]
+        beside = [s for i, s in enumerate(steps) if i not in saved and busy[i]]       # began while a write was in flight
+        spans = [(st[i], st[i+1]) for i in range(len(steps)) if busy[i] and i not in saved]
+        state = {'model': learn.model.state_dict(), 'opt': learn.opt.state_dict()}
+        bufs = StateBuffers(); bufs.copy(state); sync(device); c0 = time.perf_counter(); bufs.copy(state); sync(device); copy_s = time.perf_counter() - c0
+        return dict(mode=mode, fit_s=fit_s, train_s=st[-1] - st[0], step_ms=1e3*statistics.median(plain), steps=len(steps),
+                    save_ms=[1e3*steps[i] for i in sorted(saved)], beside_ms=1e3*statistics.median(beside) if beside else None, beside_n=len(beside),
+                    copy_ms=1e3*copy_s, state_mb=bufs.nbytes/2**20, said=[l for l in out.getvalue().splitlines() if 'waited' in l or 'not saved there' in l],
+                    probe_ms=dict(fit=1e3*probe.longest(st[0], st[-1]), beside=1e3*max((probe.longest(s, e) for s, e in spans), default=0.)),
+                    load=machine_load())
+    finally: shutil.rmtree(folder, ignore_errors=True)
+
+def ratios(rep:list) -> dict:
+    "Each mode's figures over the median of the same repetition's baselines"
+    base = [f for f in rep if f['mode'] == 'none']
+    med = lambda k: statistics.median(f[k] for f in base)
+    out = {}
+    for f in rep:
+        if f['mode'] == 'none': continue
+        out[f['mode']] = dict(fit=f['fit_s']/med('fit_s'), train=f['train_s']/med('train_s'), step=f['step_ms']/med('step_ms'),
+                              beside=f['beside_ms']/med('step_ms') if f['beside_ms'] else None,
+                              save_over_copy=[(s - med('step_ms'))/f['copy_ms'] for s in f['save_ms']])
+    out['baseline_spread'] = max(f['train_s'] for f in base)/min(f['train_s'] for f in base)
+    return out
+
+def summary(reps:list) -> dict:
+    "Median and range over repetitions of each ratio"
+    def mr(xs):
+        xs = [x for x in xs if x is not None]
+        return dict(median=statistics.median(xs), min=min(xs), max=max(xs), n=len(xs)) if xs else None
+    rs = [ratios(r) for r in reps]
+    out = {m: {k: mr([r[m][k] for r in rs if m in r]) for k in ('fit', 'train', 'step', 'beside')} for m in MODES[1:] if any(m in r for r in rs)}
+    for m in out: out[m]['save_over_copy'] = mr([x for r in rs if m in r for x in r[m]['save_over_copy']])
+    out['baseline_spread'] = mr([r['baseline_spread'] for r in rs])
+    out['probe_ms'] = {m: mr([f['probe_ms']['fit'] for r in reps for f in r if f['mode'] == m]) for m in MODES}
+    return out
+
+PRESETS = dict(cpu=dict(width=2048, depth=8, batch=32, steps=40, every=10, reps=3),
+               smoke=dict(width=64, depth=2, batch=8, steps=8, every=4, reps=1),
+               gpu=dict(width=4096, depth=8, batch=2048, steps=100, every=25, reps=3))
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--cpu-smoke', action='store_true', help='tiny sizes, one repetition: checks the code paths and the JSON, not speed')
+    p.add_argument('--gpu', action='store_true', help='on cuda:0, the sizes of the issue: 1.7 GB (and 4 GB with --big), 100 steps, a save every 25')
+    p.add_argument('--big', action='store_true', help='with --gpu: also the 4 GB state (20 layers 4096 wide, batch 1024)')
+    for k in ('width', 'depth', 'batch', 'steps', 'every', 'reps'): p.add_argument(f'--{k}', type=int, default=None)
+    p.add_argument('--baselines', type=int, default=2, help='fits without the callback per repetition (default 2: their spread is noise)')
+    p.add_argument('--modes', default=','.join(MODES[1:]), help='modes besides the baseline, comma separated')
+    p.add_argument('--threads', type=int, default=1, help='torch threads on the CPU (default 1)')
+    p.add_argument('--budget', type=float, default=300., help='seconds; a repetition is not started when less than 1.5 of the last is left')
+    p.add_argument('--dir', default=None, help='where checkpoints are written (default: a temporary folder)')
+    p.add_argument('--out', default=None, help='the JSON file (default bench/results/fit_<cpu|gpu>.json)')
+    a = p.parse_args(argv)
+    preset = PRESETS['smoke' if a.cpu_smoke else 'gpu' if a.gpu else 'cpu']
+    for k, v in preset.items():
+        if getattr(a, k) is None: setattr(a, k, v)
+    device = torch.device('cuda:0' if a.gpu else 'cpu')
+    if device.type == 'cpu': torch.set_num_threads(a.threads)
+    out = Path(a.out or HERE/'results'/f'fit_{"gpu" if a.gpu else "cpu"}.json')
+    sizes = [(a.width, a.depth, a.batch)] + ([(4096, 20, 1024)] if a.gpu and a.big else [])
+    modes = ['none']*a.baselines + a.modes.split(',')
+    res = dict(date=datetime.datetime.now().isoformat(timespec='seconds'), command=' '.join(['bench/fit_bench.py'] + (argv or sys.argv[1:])),
+               cpu_smoke=a.cpu_smoke, device=device_facts(device), torch=torch.__version__, steps=a.steps, every=a.every, sizes=[], skipped=[])
+    began = time.monotonic()
+    with GILProbe() as probe:
+        for width, depth, batch in sizes:
+            size = dict(width=width, depth=depth, batch=batch, reps=[]); res['sizes'].append(size)
+            last = 0.
+            for r in range(a.reps):
+                left = a.budget - (time.monotonic() - began)
+                if r and left < 1.5*last: res['skipped'].append(f'{width}x{depth}: repetition {r} (of {a.reps}): {left:.0f} s left'); break
+                t = time.monotonic(); k = r % len(modes); order = modes[k:] + modes[:k]      # rotated: alternating
+                a.width, a.depth, a.batch = width, depth, batch
+                rep = [one_fit(m, a, device, probe) for m in order]
+                size['reps'].append(rep); last = time.monotonic() - t
+                size['summary'] = summary(size['reps'])
+                out.parent.mkdir(parents=True, exist_ok=True); out.write_text(json.dumps(res, indent=1))
+                print(f'{width}x{depth} rep {r}: ' + ', '.join(f'{f["mode"]} {f["train_s"]:.2f}s/{f["fit_s"]:.2f}s probe {f["probe_ms"]["fit"]:.0f}ms' for f in rep), flush=True)
+    print(json.dumps({f'{s["width"]}x{s["depth"]}': s.get('summary') for s in res['sizes']}, indent=1))
+    return 0
+
+if __name__ == '__main__': sys.exit(main())
