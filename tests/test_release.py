@@ -29,3 +29,26 @@ def test_classifiers_agree_with_requires_python():
     assert pys and min(pys) == oldest, (pys, oldest)
     assert not [c for c in proj['classifiers'] if c.startswith('License ::')] and proj['license'] == 'Apache-2.0'
     assert (ROOT/'LICENSE').read_text().lstrip().startswith('Apache License')
+
+def test_changelog_reads_short():
+    "Each entry says in at most 3 lines what a user can do or must change; no link points at a tag the history lacks"
+    log = (ROOT/'CHANGELOG.md').read_text()
+    entries = re.findall(r'^- .*(?:\n  .*)*', log, re.M)
+    assert entries and all(len(e.splitlines()) <= 3 for e in entries), [e for e in entries if len(e.splitlines()) > 3]
+    assert not re.search(r'/(?:compare|releases/tag)/', log), 'CHANGELOG.md links a tag or a compare between tags'
+
+def test_readme_first_command_runs_its_example():
+    """The README's first command sets up the environment its train.py runs in (tests/test_apps.py runs it there), and the
+    install is one pip call for torch, torchvision and ddpsafe, as tools/setup_vision.sh makes it"""
+    readme = (ROOT/'README.md').read_text()
+    first = re.search(r'^bash (tools/\S+\.sh)$', readme, re.M).group(1)
+    assert first == 'tools/demo.sh', first
+    demo = (ROOT/first).read_text()
+    assert 'bash tools/setup_vision.sh' in demo and 'exec .venv-vision/bin/ddpsafe-demo' in demo, demo
+    assert 'from fastai.vision.all import *' in readme
+    assert re.search(r'^pip install torch torchvision -e \.$', readme, re.M), 'the install is not one pip call'
+    assert re.search(r'pip install [^\n]*\$VISION_SPEC -e \.', (ROOT/'tools'/'setup_vision.sh').read_text())
+
+def test_readme_links_resolve_outside_the_docs():
+    "README.md is read on GitHub and PyPI: a link to a notebook (`23_benchmarks.ipynb#...`) resolves nowhere there"
+    assert not re.findall(r'\]\((?!https?://|#)[^)]*\)', (ROOT/'README.md').read_text())
