@@ -26,7 +26,8 @@ Then what a reader sees, page by page, at 1280 px and at 390 px wide (`reader_pr
   best-model page must show that mark.
 It reports, without failing, build noise in what the pages show (`noise_problems`): a Python warning, fastai's epoch
 table header printed as plain text, a raw list of recorder values.
-It saves screenshots of the first screen of the landing page, the checkpoint page, the CLI page and the API index, at
+It saves screenshots of the first screen of the landing page, the quick start, the best-model page, the checkpoint page,
+the CLI page and the API index, at
 1280 px (1280x900) and 390 px (390x844, a phone) wide, to `--shots`: `index-1280.png`, `index-390.png`, ...; and of the
 pages given with `--page` (`--page howto-existing-script=existing_script.html`), `--screens` screens tall.
 `--shots-only` takes the screenshots without the check (for pages to commit, say).
@@ -42,7 +43,8 @@ FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--dis
          '--mute-audio', '--hide-scrollbars',
          '--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1']   # offline: only our server resolves
 
-SHOTS = {'index': 'index.html', 'checkpoint': 'checkpoint.html', 'cli': 'cli.html', 'api': 'api.html'}
+SHOTS = {'index': 'index.html', 'quickstart': 'quickstart.html', 'best_model': 'best_model.html', 'checkpoint': 'checkpoint.html',
+         'cli': 'cli.html', 'api': 'api.html'}
 WIDTHS = (1280, 390)
 SCREENS = {1280: 900, 390: 844}   # window height at each width: a laptop's first screen, a phone's
 MAX_SHRINK = 3.0   # a figure drawn at 200 dpi, shown at 1/3 of its pixels: ~67 px per inch, 8 pt text at ~7.5 px
