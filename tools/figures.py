@@ -115,11 +115,28 @@ def goodput_figures(name:str='goodput.json') -> dict:
     "Goodput under preemption: bench/results/goodput.json (bench/goodput_bench.py: five scenarios at once on 16 cores)"
     return goodput_of(json.loads((RESULTS/name).read_text()))
 
+def goodput_model_figures() -> dict:
+    "Goodput at realistic failure rates: bench/goodput_model.py over bench/results/goodput.json"
+    sys.path.insert(0, str(ROOT/'bench'))
+    import goodput_model as G
+    inp = G.measured(json.loads((RESULTS/'goodput.json').read_text()))
+    rec, rows = G.recommend(inp), {(r['rate'], r['memory_every_steps'], r['tau_d'] == inp['tau_d']): r for r in G.table(inp)}
+    hour, ten = rec['one an hour'], rec['one every 10 min']
+    lost = lambda rate, n=None, fixed=True: _pct(rows[(rate, n, fixed)]['total_pct'])
+    return {'c_m': f"{_ms(1e3*inp['c_m'])} ms", 'c_d': f"{_ms(1e3*inp['c_d'])} ms", 'restart': _s(inp['R'], 0), 'noticing': _s(inp['noticing'], 1),
+            'floor_s': _s(rec['floor_s'], 1), 'floor_steps': str(rec['floor_steps']),
+            'hour_s': _s(hour['seconds'], 0), 'hour_steps': str(hour['steps']), 'hour_breakeven': _s(hour['breakeven_disk_s'], 0),
+            'ten_s': _s(ten['seconds'], 1), 'ten_steps': str(ten['steps']), 'ten_breakeven': _s(ten['breakeven_disk_s'], 0),
+            'cost_100': _pct(100*inp['c_m']/(100*inp['step'] + inp['c_m'])),
+            'hour_none': lost('one an hour'), 'hour_auto': lost('one an hour', fixed=False), 'hour_100': lost('one an hour', 100),
+            'ten_none': lost('one every 10 min'), 'ten_auto': lost('one every 10 min', fixed=False), 'ten_100': lost('one every 10 min', 100)}
+
 def figures() -> dict:
     "Every figure by group and name: `{'preempt': {'poll_share': '0.28%, 0.18% and 0.25%', ...}, ...}`"
     return {'preempt': preempt_figures(), 'checkpoint': checkpoint_figures(), 'core': core_figures(), 'exit': exit_figures(),
             'versions': versions_figures(), 'gpu': gpu_figures(), 'goodput': goodput_figures(),
-            'goodput_2cores': goodput_figures('goodput_2cores.json')}   # the earlier run: three scenarios one after the other on 2 cores
+            'goodput_2cores': goodput_figures('goodput_2cores.json'),   # the earlier run: three scenarios one after the other on 2 cores
+            'goodput_model': goodput_model_figures()}                   # the same costs at realistic failure rates
 
 def flat(figs:dict|None=None) -> dict:
     "`{'preempt.poll_share': value, ...}`"
