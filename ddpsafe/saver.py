@@ -10,7 +10,7 @@ import uuid, math, time, errno, warnings, contextlib
 import numpy as np
 from functools import partial
 from pathlib import Path
-from fastcore.basics import patch, store_attr
+from fastcore.basics import patch, store_attr, noop
 from .core import *
 from .commit import as_path, commit_file, storage_for
 from .io import prepare_dir
@@ -26,8 +26,6 @@ from .upload import Uploader
 __all__ = ['write_in_shards', 'ranks_not_seeing', 'Saver', 'in_shards_to', 'claim_checkpoints', 'fit_saver']
 
 # %% ../nbs/07f_saver.ipynb #7f000006
-def _call(f, *args): return f(*args)
-
 def _attempt(f) -> tuple:
     "(`f()`, []), or (`None`, what went wrong, rank by rank)"
     try: return f(), []
@@ -41,11 +39,16 @@ def write_in_shards(root:Path, # The checkpoints folder
                     step:int,  # Optimizer steps done: the checkpoint's name
                     files:dict, # Rank 0's files, as `write_checkpoint` takes them
                     meta:dict, # Stored in the manifest
-                    shards:dict # This rank's tensors, as `write_shards` takes them
+                    shards:dict, # This rank's tensors, as `write_shards` takes them
+                    check=noop,  # Rank 0 calls it before the folder is made: the folder's claim is still this run's
+                    keep=noop    # Rank 0 calls it with the committed checkpoint: the rotation
                    ) -> Path:
     "Checkpoint `step`: every rank's shards, then rank 0's `files` and the manifest, then the rename; collective"
     stack = contextlib.ExitStack()
-    tmp = on_main(lambda: stack.enter_context(checkpoint_folder(root, step)))
+    def begin():
+        check()
+        return stack.enter_context(checkpoint_folder(root, step))
+    tmp = on_main(begin)
     errs, written = [e for es in all_ranks(_attempt(lambda: _sees(tmp))[1]) for e in es], {}
     if not errs:               # every rank enters DCP's collectives, or none does
         outcomes = all_ranks(_attempt(lambda: write_shards(shards, tmp, side_group() if coordinating() else None)))
@@ -55,7 +58,9 @@ def write_in_shards(root:Path, # The checkpoints folder
         with stack:
             if errs: raise _ShardsFailed()
             fill_checkpoint(tmp, step, files, meta, written)
-        return as_path(root)/checkpoint_name(step)
+        ck = as_path(root)/checkpoint_name(step)
+        keep(ck)
+        return ck
     try: return on_main(finish)
     except _ShardsFailed:
         msg = f'could not write checkpoint {as_path(root)/checkpoint_name(step)}: ' + '; '.join(m for _, m in errs) + '; earlier checkpoints are unchanged'
@@ -94,7 +99,7 @@ class Saver:
         self.memory_step, self.memory_skipped = None, False   # the memory write in flight; has a memory save been skipped this fit?
         self.submitted, self.memory_submitted, self.waited = None, None, False   # (step, time) of the last background write handed over; has a save waited this fit?
         if sharded and async_save and coordinating(): side_group('write')   # every rank's writer thread talks on it
-        self.write = partial(self._write_shards, background=async_save) if sharded else self._commit if async_save else partial(self._commit, on=on_main)
+        self.write = partial(self._write_shards, background=async_save) if sharded else self._commit if async_save else partial(on_main, self._commit)
 
     def save(self, step:int, # Optimizer steps done: the checkpoint's name
              files:dict,     # Rank 0's files: name -> what it holds (`checkpoint_writers` makes the writers)
@@ -112,16 +117,15 @@ class Saver:
         "How long the last background write took; `None` without one"
         return None if self.writer is None else self.writer.seconds
 
-    def _commit(self, step:int, files:dict, meta:dict, shards=None, on=_call) -> Path:
-        "Rank 0 writes the checkpoint whole (a whole model has no shards), then keeps; through `on_main` when every rank calls it"
-        on(self.claim.check)
-        return on(self._rotate, on(write_checkpoint, self.root, step, checkpoint_writers(files), meta, self.storage))
+    def _commit(self, step:int, files:dict, meta:dict, shards=None) -> Path:
+        "Rank 0 checks its claim, writes the checkpoint whole (a whole model has no shards), keeps: one outcome for `on_main`"
+        self.claim.check()
+        return self._rotate(write_checkpoint(self.root, step, checkpoint_writers(files), meta, self.storage))
 
     def _write_shards(self, step:int, files:dict, meta:dict, shards:dict, background:bool=False) -> Path:
         "Every rank writes its shards, rank 0 the rest; then rank 0 keeps (in the background: on the writers' own group)"
         with (using_side_group('write') if background and coordinating() else contextlib.nullcontext()):
-            on_main(self.claim.check)
-            return on_main(self._rotate, write_in_shards(self.root, step, checkpoint_writers(files), meta, shards))
+            return write_in_shards(self.root, step, checkpoint_writers(files), meta, shards, self.claim.check, self._rotate)
 
     def _rotate(self, ck:Path) -> Path:
         "Rank 0, after committing `ck`: the newest `keep` and the best stay (and any being uploaded); then `ck` goes to the uploader"
@@ -134,10 +138,11 @@ class Saver:
 @patch
 def settle(self:Saver, step:int|None=None): # The step a save is due at; `None`: the fit's end, where a wait is expected
     "Wait for the write in flight; raise its error everywhere; a save that waited for it is said once a fit"
-    due, busy = time.monotonic(), self.writer is not None and self.writer.busy
-    own = self.writer.wait() if self.writer is not None and self.sharded else None   # every rank's writer writes shards
+    if self.writer is None: return    # synchronous: nothing in flight, nothing for the ranks to agree on
+    due, busy = time.monotonic(), self.writer.busy
+    own = self.writer.wait() if self.sharded else None   # every rank's writer writes shards
     def wait():
-        if self.writer is not None and (err := own if self.sharded else self.writer.wait()) is not None: raise err
+        if (err := own if self.sharded else self.writer.wait()) is not None: raise err
         if busy and step is not None and not self.waited: self.waited = True; print(self.wait_note(step, due, time.monotonic() - due))
     on_main(wait)
 

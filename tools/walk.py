@@ -3,7 +3,9 @@
 Trains a small fastai learner in one process with `CheckpointCallback(every_steps=4)` and traces its save at step 4
 (synchronous, local, unsharded; or the variant `--async` or `--upload` names). Prints ddpsafe's stack when the
 checkpoint's folder is renamed into place (the path from the decision to the commit: its modules, and its returns to a
-module already left), and the calls the whole save makes from one of ddpsafe's modules into another.
+module already left), the calls the whole save makes from one of ddpsafe's modules into another, and the collectives among
+them (each one a wait of every rank for the slowest: a synchronous save makes two, the gather of the ranks' RNG states
+and rank 0's one commit).
     python tools/walk.py [--async] [--upload] [--json]
 """
 import argparse, json, sys, tempfile, warnings
@@ -43,15 +45,18 @@ def _returns(mods:list) -> list:
     "The modules of `mods` entered again after control left them"
     return [m for i,m in enumerate(mods) if m in mods[:i] and mods[i-1] != m]
 
+COLLECTIVES = ('on_main', 'on_main_alone', 'agree', 'all_ranks', 'barrier')   # core's: every rank takes part, all wait for the slowest
+
 def summary(walk:dict) -> dict:
-    "The path from the decision to the commit: its modules and returns; the save's calls between modules"
+    "The path from the decision to the commit: its modules and returns; the save's calls between modules, and its collectives"
     path = walk['commit'] or []
     path = path[next((i for i,h in enumerate(path) if h.endswith('.save')), 0):]     # from the callback's `save`
     mods = [h.split('.')[0] for h in path]
     mods = [m for i,m in enumerate(mods) if not i or mods[i-1] != m]
     tree = sorted({m for c,m,_ in walk['calls']} | {c for c,m,_ in walk['calls']})
     return dict(path=path, path_modules=mods, n_path_modules=len(set(mods)), path_returns=_returns(mods),
-                n_calls_between_modules=len(walk['calls']), modules_entered=tree, n_modules_entered=len(tree))
+                n_calls_between_modules=len(walk['calls']), modules_entered=tree, n_modules_entered=len(tree),
+                collectives=[f'{c}->{f}' for c,m,f in walk['calls'] if m == 'core' and f in COLLECTIVES])
 
 def walk_of_save(async_save=False, upload=False) -> list:
     "Train a small learner and trace its save at step 4"
@@ -88,4 +93,5 @@ if __name__ == '__main__':
     for h in s['path']: print('   ', h)
     if not s['path'] and a.async_save: print("    (none traced: with --async the commit runs on the writer's thread, which this tool does not trace)")
     print(f"the whole save: {s['n_calls_between_modules']} calls from one module of ddpsafe's into another, "
-          f"{s['n_modules_entered']} modules ({' '.join(s['modules_entered'])})")
+          f"{s['n_modules_entered']} modules ({' '.join(s['modules_entered'])}); "
+          f"{len(s['collectives'])} collectives ({' '.join(s['collectives']) or 'none'})")
