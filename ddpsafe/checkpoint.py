@@ -12,16 +12,14 @@ import numpy as np
 from fastcore.basics import patch, store_attr
 from fastai.callback.core import CancelFitException
 from .core import *
-from .manifest import *
 from .preempt import StopRequests, REQUEUE_EXIT_CODE, POLL_SECONDS
 import ddpsafe.fsdp   # learn.fsdp_ctx
 from .callbacks import TrainingCallback, at_fit_end
 from .parts import *
+import ddpsafe.text   # its part (a model's hidden state) and its split of a language model's texts, whatever else is imported
 from .shards import *
-from .upload import *
 from .saver import *   # how a checkpoint is written and kept
 from .interval import *   # when a timed save is due
-from .memory import *   # the memory tier
 from .resume import *   # what a resume stands on: `from ddpsafe.checkpoint import run_state` still works
 from .resume import _name
 

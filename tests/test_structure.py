@@ -1,5 +1,5 @@
 "ddpsafe's modules stand in floors: no import cycle, no module importing one above it (measured by `tools/structure.py`)"
-import importlib.util
+import importlib.util, subprocess, sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,3 +41,16 @@ def test_walk_of_a_save():
     assert s['collectives'] == ['parts->all_ranks', 'saver->on_main'], f"a synchronous save makes these collectives: {s['collectives']}"
     assert s['n_modules_entered'] <= 12, f"a synchronous save enters {s['n_modules_entered']} modules: {s['modules_entered']}"
     assert walk._returns(['a', 'b', 'a', 'c', 'c', 'b']) == ['a', 'b']
+
+def _part_makers(imports:str) -> list:
+    "The part makers registered in a fresh interpreter after `imports`"
+    code = f'{imports}\nfrom ddpsafe.parts import PART_MAKERS\nprint(*[f.__qualname__ for f in PART_MAKERS])'
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.split()
+
+def test_same_parts_whatever_is_imported():
+    "A checkpoint holds the same parts whether a script imports the callback alone or `ddpsafe.all`"
+    alone, everything = _part_makers('from ddpsafe.checkpoint import CheckpointCallback'), _part_makers('import ddpsafe.all')
+    assert alone == everything, f'the callback alone registers {alone}; with ddpsafe.all: {everything}'
+    assert 'hidden_part' in alone, alone   # fastai's text models carry a hidden state that a resume must put back
