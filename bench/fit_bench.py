@@ -68,7 +68,7 @@ def timer_cb(device, ck):
             if not self.training: return
             sync(device); self.stamps.append(time.perf_counter())
             s = getattr(ck, 'saver', None)
-            self.busy.append(bool(s and any(w is not None and w.busy for w in (s.writer, s.memory_writer))))
+            self.busy.append(bool(s and any(w is not None and w.busy for w in (s.writer, s.memory and s.memory.writer))))
     return StepTimer()
 
 def one_fit(mode:str, a, device, probe) -> dict:

@@ -8,9 +8,9 @@ For each size, after one warm-up of each (it allocates the buffers), every repet
 
 - `memcpy`: `copy_` of every tensor into buffers allocated once beforehand: the physical floor of any in-memory copy;
 - `step wait`: what a training step waits for at a memory save of `CheckpointCallback(memory_every_steps=...)`, on rank
-  0: the saver's `memory_ready` (is the tier's writer idle?) and `save_memory`, which copies the state into the tier's
-  own `StateBuffers` and hands the commit to the tier's own `AsyncWriter` thread;
-- `background write`: how long that thread then takes (`AsyncWriter.seconds`) for `MemoryTier.write` of
+  0: the tier's `ready` (is its writer idle?) and `save`, which copies the state into the tier's own `StateBuffers` and
+  hands the commit to the tier's own `AsyncWriter` thread;
+- `background write`: how long that thread then takes (`AsyncWriter.seconds`) for `MemoryTier.commit` of
   `checkpoint_writers` of the copy (safetensors for the weights, `torch.save` for the optimizer state, the same files
   as a disk checkpoint), committed in `/dev/shm` through `write_checkpoint` (each file hashed, the manifest last, the
   rename), then the rotation that keeps the newest 2. The bench waits for it before the next repetition, as a fit
@@ -38,11 +38,8 @@ def main(argv=None):
     torch.set_num_threads(1)
     from checkpoint_bench import make_state, tensors, nbytes, trim, load
     from ddpsafe.memory import MemoryTier, SHM
-    from ddpsafe.saver import Saver
-    from ddpsafe.commit import storage_for
-    from ddpsafe.owner import claim_folder
     shm = SHM if SHM.is_dir() else Path(tempfile.gettempdir())
-    mem_dir, disk_dir = shm/f'ddpsafe-bench-{os.getpid()}', Path(tempfile.mkdtemp(prefix='memtier-', dir=HERE))
+    mem_dir = shm/f'ddpsafe-bench-{os.getpid()}'
     out, t_start, load_before = dict(sizes={}), time.monotonic(), load()
     try:
         for i, mb in enumerate(a.sizes):
@@ -51,22 +48,21 @@ def main(argv=None):
             ts, size = tensors(state), nbytes(state)
             bufs = [torch.empty_like(t) for t in ts]
             tier = MemoryTier(mem_dir/f'{mb}', every_steps=1, keep=2)
-            saver = Saver(disk_dir, storage_for(disk_dir), 2, np.less, claim_folder(disk_dir), memory=tier)   # a fit's, with a memory tier
             files = lambda step: {'model.safetensors': state['model'], 'optimizer.pt': state['opt'], 'state.pt': dict(step=step)}
             def memcpy():
                 for b, t in zip(bufs, ts): b.copy_(t)
             def to_memory(step):
-                assert saver.memory_ready(step), 'the memory writer is busy'
-                saver.save_memory(step, files(step), dict(epoch=0))
+                assert tier.ready(step), 'the memory writer is busy'
+                tier.save(step, files(step), dict(epoch=0))
             runs = dict(memcpy=[], step_wait=[], background_write=[])
             for r in range(reps + 1):                       # the first: a warm-up, not counted
                 for name, f in (('memcpy', memcpy), ('step_wait', lambda: to_memory(r))):
                     for t in ts[:1]: t.add_(1e-3)           # a training step changes the state
                     trim(); t0 = time.perf_counter(); f(); dt = time.perf_counter() - t0
                     if r: runs[name].append(dt)
-                err = saver.memory_writer.wait()           # the background write, timed by its thread
+                err = tier.writer.wait()           # the background write, timed by its thread
                 if err is not None: raise err
-                if r: runs['background_write'].append(saver.memory_writer.seconds)
+                if r: runs['background_write'].append(tier.writer.seconds)
             paired = lambda k: statistics.median(x/c for x, c in zip(runs[k], runs['memcpy']))
             med = {k: statistics.median(v) for k, v in runs.items()}
             out['sizes'][str(mb)] = dict(bytes=size, reps=reps, seconds=runs, median_seconds=med,
@@ -76,9 +72,9 @@ def main(argv=None):
                                          tier_holds=tier.holds_note())
             print(f'{mb} MB: memcpy {med["memcpy"]*1000:.1f} ms, step wait {med["step_wait"]*1000:.1f} ms (x{paired("step_wait"):.2f} a memcpy), '
                   f'background write {med["background_write"]*1000:.1f} ms (x{paired("background_write"):.2f})', flush=True)
-            saver.close(); saver.claim.release(); tier.clear(); del state, ts, bufs, saver; trim()
+            tier.close(); tier.clear(); del state, ts, bufs, tier; trim()
     finally:
-        shutil.rmtree(mem_dir, ignore_errors=True); shutil.rmtree(disk_dir, ignore_errors=True)
+        shutil.rmtree(mem_dir, ignore_errors=True)
     out.update(machine=dict(python=platform.python_version(), torch=torch.__version__, cpus=os.cpu_count(), torch_threads=torch.get_num_threads(),
                             memory_tier_folder=str(shm), load_before=load_before, load=load()),
                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'), seconds=round(time.monotonic() - t_start, 1))

@@ -161,7 +161,8 @@ def save_reason(self:CheckpointCallback, asked:dict # The agreed requests: `save
     return None
 
 # %% ../nbs/08_checkpoint.ipynb #7e000002
-CheckpointCallback.memory = property(lambda self: getattr(self.saver, 'memory', None), doc="The fit's memory tier, the saver's; `None` without one, before a fit, or once it failed")
+CheckpointCallback.memory = property(lambda self: None if (m := getattr(self.saver, 'memory', None)) is None or m.off else m,
+                                     doc="The fit's memory tier, the saver's; `None` without one, before a fit, or once it failed")
 
 # %% ../nbs/08_checkpoint.ipynb #9a688c39
 @patch
@@ -176,7 +177,7 @@ def after_batch(self:CheckpointCallback):
     if reason := self.save_reason(asked):
         self.save(reason, stop=asked['stop'])
         self.epoch_due = False
-    elif self.memory is not None and self.memory.due(self.fit_steps): self.save('memory', memory=True)   # unless its last write is in flight
+    elif self.memory is not None and self.memory.due(self.fit_steps): self.save('memory', to=self.memory)   # unless its last write is in flight
     if asked['timer']: self.timer.raised = False   # agreed: rank 0 may ask again
     if asked['stop']:
         self._stop(asked)
@@ -209,19 +210,19 @@ def save(self:CheckpointCallback,
          reason:str='request', # Why: 'epoch', 'steps', 'time', 'end', 'signal', 'switch'... (recorded in the manifest)
          stop:bool=False,      # Does the run stop after this checkpoint (a signal or the stop switch)?
          finished:bool=False,  # Is this the normal end of the run's last fit?
-         memory:bool=False     # To the memory tier instead (`memory_every_steps`): copied now, written in the background, skipped while the tier's last write is in flight; the disk's position and timer stay as they are
+         to=None               # The tier: `None` for the disk; `self.memory` for the memory tier (`memory_every_steps`), which skips a save while its last write is in flight, and leaves the disk's position and timer as they are
         ) -> bool:
     "Save this step boundary; `False` if already saved"
     pos = self.position()
     if (pos['global_step'], pos['epoch_done']) == self.last_pos and not (stop and not self.saved_stop): return False   # a late stop saves its step again: the manifest must say it
     began = time.monotonic()   # what training waits for, from here: `every_seconds='auto'` weighs it
-    if not memory: self.saver.settle(pos['global_step'])   # a memory save does not wait for the disk's write in flight; a save that does is said
-    elif not self.saver.memory_ready(pos['global_step']): return False   # nor for its own: skipped, nothing collected
+    tier = to or self.saver
+    if not tier.ready(pos['global_step']): return False   # the disk waits for its write in flight (said); the memory tier skips, nothing collected
     meta = self.parts.meta(reason=reason, stop=stop, finished=finished) | dict(monitor=self.monitor, comp=_name(self.comp),   # where, why, the run's facts;
                 metric=recorded(self.learn, self.monitor) if pos['epoch_done'] else None)   # then what picks the best checkpoint
     with step_lock(self.learn): files, meta['parts'], shards = self.parts.to_files(self.saver.sharded)   # every rank, one step boundary
-    if memory: self.saver.save_memory(pos['global_step'], files, meta); return True
-    self.saver.save(pos['global_step'], files, meta, shards)     # written as this fit chose: now or in the background, whole or in shards
+    tier.save(pos['global_step'], files, meta, shards)     # written as this fit chose: now or in the background, whole or in shards
+    if tier is not self.saver: return True
     self.last_pos, self.saved_stop = (pos['global_step'], pos['epoch_done']), stop
     self.timer.saved(time.monotonic() - began, self.saver.write_seconds)
     return True

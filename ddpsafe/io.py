@@ -16,9 +16,9 @@ from .commit import fsync_path, errno_of, commit_file, FileWriter, file_digest, 
 _all_ = ['fsync_path', 'errno_of', 'commit_file', 'FileWriter']
 
 # %% auto #0
-__all__ = ['safetensors_writer', 'torch_writer', 'writer_for', 'atomic_save', 'atomic_write', 'CorruptFileError',
-           'UnsafePickleError', 'fingerprint', 'collective_read', 'safe_load', 'prepare_dir', 'fsync_path', 'errno_of',
-           'commit_file', 'FileWriter']
+__all__ = ['safetensors_writer', 'torch_writer', 'writer_for', 'checkpoint_writers', 'atomic_save', 'atomic_write',
+           'CorruptFileError', 'UnsafePickleError', 'fingerprint', 'collective_read', 'safe_load', 'prepare_dir',
+           'fsync_path', 'errno_of', 'commit_file', 'FileWriter']
 
 # %% ../nbs/02_io.ipynb #e6fb9891
 def _safetensors_writer(obj):
@@ -51,6 +51,10 @@ def writer_for(obj,            # What to save
     if Path(str(path)).suffix == '.safetensors': return _safetensors_writer(obj)   # a name's suffix: no storage to ask
     if isinstance(obj, (bytes, bytearray)): return FileWriter(lambda f: f.write(obj))
     return torch_writer(obj, **torch_save_kwargs)
+
+def checkpoint_writers(contents:dict) -> dict:
+    "A writer for each file of a checkpoint, in the format its name says: safetensors, else `torch.save`"
+    return {name: writer_for(c, name, crc32=False) for name, c in contents.items()}
 
 # %% ../nbs/02_io.ipynb #222c6c63
 def _key(path:Path) -> str:

@@ -6,13 +6,16 @@ Docs: https://ddpsafe.github.io/ddpsafe/memory.html.md"""
 
 # %% ../nbs/07g_memory.ipynb #7a000002
 from __future__ import annotations
-import os, shutil, getpass, tempfile
+import os, time, shutil, getpass, tempfile, warnings
 from pathlib import Path
 import xxhash
 from fastcore.basics import patch
 from .core import on_main, is_main
 from .commit import storage_for, discard, is_url
 from .manifest import *
+from .snapshot import Tier, AsyncWriter, StateBuffers, _pace
+from .io import checkpoint_writers
+
 
 # %% auto #0
 __all__ = ['SHM', 'memory_folder', 'MemoryTier', 'fit_memory_tier']
@@ -44,7 +47,7 @@ def _open_folder(folder:Path) -> bool:
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     return found
 
-class MemoryTier:
+class MemoryTier(Tier):
     "A run's checkpoints in node-local RAM: one every `every_steps` optimizer steps, committed by rank 0, the newest `keep` kept"
     def __init__(self,
                  folder,           # Where: `memory_folder`'s answer
@@ -54,6 +57,9 @@ class MemoryTier:
         if not (isinstance(keep, int) and keep >= 1): raise ValueError(f'memory_keep={keep!r}: a number of checkpoints, 1 or more')
         self.folder, self.every_steps, self.keep = Path(folder), every_steps, keep
         self.found = on_main(_open_folder, self.folder)   # on rank 0's node, as this launch began
+        self.writer, self.buffers = AsyncWriter(), StateBuffers()   # its own: a disk write in flight never delays it
+        self.step = self.submitted = None       # the write in flight: its step, when it was handed over
+        self.skipped = self.off = False         # has a save been skipped this fit? did a write fail?
     def __repr__(self): return f'MemoryTier({self.folder}, every {self.every_steps} steps, keep {self.keep})'
     def due(self, steps:int) -> bool:
         "Is a memory checkpoint due after `steps` optimizer steps of the fit?"
@@ -84,7 +90,7 @@ def _size(n:float) -> str:
         n /= 1024
 
 @patch
-def write(self:MemoryTier,
+def commit(self:MemoryTier,
           step:int,             # Optimizer steps done: the checkpoint's name
           files:dict,           # File name -> writer, as `write_checkpoint` takes them
           meta:dict|None=None   # What the manifest records besides (epoch, position...)
@@ -114,6 +120,70 @@ def holds_note(self:MemoryTier) -> str:
 def clear(self:MemoryTier):
     "Rank 0: remove the tier (the run saved its end to disk): the RAM goes back to the node"
     if self.folder.exists(): discard(self.folder)
+
+# %% ../nbs/07g_memory.ipynb #9ee86a84
+@patch
+def ready(self:MemoryTier, step:int # The step due a memory save
+         ) -> bool:
+    "Every rank: does the tier take checkpoint `step` now? Not while its write is in flight; a failed write turns it off"
+    if self.off: return False
+    try: return on_main(self._idle, step)
+    except OSError as e: return self._turn_off(e)
+
+@patch
+def _idle(self:MemoryTier, step:int) -> bool:
+    "Rank 0: is the writer idle? Its last write's error raised; said once a fit: a save skipped"
+    if self.writer.busy:
+        if not self.skipped: self.skipped = True; print(self.skip_note(step))
+        return False
+    if (err := self.writer.wait()) is not None: raise err
+    return True
+
+@patch
+def skip_note(self:MemoryTier, step:int # The step whose memory save is skipped
+             ) -> str:
+    "Rank 0's line: a memory save skipped, the write in flight and how long it has run, the one before it, and how far apart memory saves must be not to skip"
+    ran, last = time.monotonic() - self.submitted, self.writer.seconds   # the write in flight has run `ran` s: it takes longer
+    took = max(ran, last or 0)
+    return (f'ddpsafe: memory tier {self.folder}: step {step} not saved there, the write of step {self.step} is still in flight after {ran:.2g} s '
+            f'({step - self.step} steps)' + (f', the one before it took {last:.2g} s' if last is not None else '') + '; a memory save never waits: '
+            f'while a write takes longer than {self.every_steps} steps, some are skipped; memory saves {_pace(took, step - self.step, ran, "memory_every_steps")} apart '
+            'would skip none (said once per fit)')
+
+@patch
+def _turn_off(self:MemoryTier, e:BaseException) -> bool:
+    "Say, on every rank, that the tier could not be written; it is off for the rest of the fit"
+    warnings.warn(f'ddpsafe: the memory tier {self.folder} could not be written ({e}); it is off for the rest of this fit, the disk checkpoints go on')
+    self.off = True
+    return False
+
+@patch
+def save(self:MemoryTier, step:int, # Optimizer steps done: the checkpoint's name
+         files:dict,   # Rank 0's files: name -> what it holds
+         meta:dict,    # Stored in the manifest
+         shards=None): # Ignored: a model saved in shards has no memory tier
+    "Every rank, after `ready`: rank 0 copies checkpoint `step` into the tier's buffers now, and commits it in the background"
+    if not is_main(): return
+    files, self.step = self.buffers.copy(files), step
+    self.writer.submit(lambda: self.commit(step, checkpoint_writers(files), meta))
+    self.submitted = time.monotonic()
+
+# %% ../nbs/07g_memory.ipynb #e8a622b4
+@patch
+def settle(self:MemoryTier):
+    "Every rank: wait for the write in flight; the tier, or `None` once it is off (that write failed: warned on every rank)"
+    if self.off: return None
+    def wait():
+        if (err := self.writer.wait()) is not None: raise err
+    try: on_main(wait)
+    except OSError as e: self._turn_off(e)
+    return None if self.off else self
+
+@patch
+def close(self:MemoryTier):
+    "Wait for the write in flight (a crash's newest memory checkpoint, for the restart) and end the writer's thread"
+    if (err := self.writer.close()) is not None:
+        warnings.warn(f'ddpsafe: the memory tier {self.folder} could not be written ({err}); its earlier checkpoints are unchanged')
 
 # %% ../nbs/07g_memory.ipynb #7a000011
 @patch

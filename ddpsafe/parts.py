@@ -16,7 +16,7 @@ from fastai.optimizer import OptimWrapper
 from fastai.torch_core import get_model
 from . import __version__
 from .core import *
-from .io import writer_for
+from .io import writer_for, checkpoint_writers   # `from ddpsafe.parts import checkpoint_writers` still works
 from .snapshot import map_tensors
 from .manifest import uncompiled_key, SHARD_INDEX
 from .sharded import is_sharded, full_weights, load_full_weights, full_optimizer_state, shard_optimizer_state
@@ -27,7 +27,7 @@ __all__ = ['PART_MAKERS', 'POSITION', 'LEGACY_PARTS', 'Part', 'register_part', '
            'set_loader_state', 'ModelState', 'OptimizerState', 'RecorderState', 'recorded', 'TrackerState',
            'LoaderState', 'RNGState', 'loader_note', 'stop_persistent_workers', 'PositionState', 'SetupState',
            'ScalerState', 'scaler_part', 'state_digest', 'UserState', 'callback_parts', 'TrainingState', 'fitting',
-           'late_callbacks_note', 'checkpoint_writers', 'own_state', 'check_parts']
+           'late_callbacks_note', 'own_state', 'check_parts']
 
 # %% ../nbs/07b_parts.ipynb #7b000010
 class Part:
@@ -486,10 +486,6 @@ def to_files(self:TrainingState,
     states, shards = self.collect(sharded)
     files = self.contents(states)
     return files, self.files_of(files), shards
-
-def checkpoint_writers(contents:dict) -> dict:
-    "A writer for each file of a checkpoint, in the format its name says: safetensors, else `torch.save`"
-    return {name: writer_for(c, name, crc32=False) for name, c in contents.items()}
 
 @patch
 def meta(self:TrainingState, **why) -> dict:

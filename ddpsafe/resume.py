@@ -255,7 +255,7 @@ def resume_checkpoint(saver,       # The fit's `Saver` ([saver](saver.html)): it
                       base=None    # The folder a relative `resume` is relative to
                      ) -> tuple:
     "The checkpoint a fit resumes from and its manifest, or `(None, None)`: rank 0's choice, on every rank; collective"
-    memory = saver.settle_memory()   # its write in flight done first
+    memory = saver.memory and saver.memory.settle()   # its write in flight done first; `None` once it failed
     roots = list(filter(None, (saver.root, saver.far, memory and memory.folder)))   # the memory tier last: a tie goes to the disk's
     ck, man, skipped = on_main(choose_checkpoint, *roots) if resume is True else on_main(chosen_checkpoint, resume, roots, base)
     for p, why in skipped: warnings.warn(f'ddpsafe: skipping checkpoint {p}: {"; ".join(why)}')

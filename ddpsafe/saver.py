@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/saver.html.md"""
 
 # %% ../nbs/07f_saver.ipynb #7f000002
 from __future__ import annotations
-import uuid, math, time, errno, warnings, contextlib
+import uuid, time, errno, warnings, contextlib
 import numpy as np
 from functools import partial
 from pathlib import Path
@@ -17,7 +17,7 @@ from .io import prepare_dir
 from .owner import claim_folder
 from .memory import fit_memory_tier
 from .manifest import *
-from .snapshot import StateBuffers, AsyncWriter
+from .snapshot import StateBuffers, AsyncWriter, Tier, _pace
 from .sharded import is_sharded, write_shards, dcp_error, _failures
 from .parts import checkpoint_writers
 from .upload import Uploader
@@ -79,8 +79,8 @@ def ranks_not_seeing(folder:Path) -> list:
     return [r for r, s in enumerate(seen) if not s]
 
 # %% ../nbs/07f_saver.ipynb #7f00000d
-class Saver:
-    "How a fit's checkpoints are written and kept, chosen once as the fit starts"
+class Saver(Tier):
+    "The disk's tier: how a fit's checkpoints are written and kept, chosen once as the fit starts"
     def __init__(self,
                  root:Path,      # The checkpoints folder the commits go to (the `local` one when there are two tiers)
                  storage,        # `root`'s storage, as `storage_for` chose it
@@ -95,11 +95,14 @@ class Saver:
                  far_claim=None):# `far`'s `FolderClaim`, released with `claim` as the saver closes
         store_attr()
         self.writer, self.buffers = (AsyncWriter(), StateBuffers()) if async_save else (None, None)
-        self.memory_writer, self.memory_buffers = (AsyncWriter(), StateBuffers()) if memory is not None else (None, None)   # the memory tier's own
-        self.memory_step, self.memory_skipped = None, False   # the memory write in flight; has a memory save been skipped this fit?
-        self.submitted, self.memory_submitted, self.waited = None, None, False   # (step, time) of the last background write handed over; has a save waited this fit?
+        self.submitted, self.waited = None, False   # (step, time) of the last background write handed over; has a save waited this fit?
         if sharded and async_save and coordinating(): side_group('write')   # every rank's writer thread talks on it
         self.write = partial(self._write_shards, background=async_save) if sharded else self._commit if async_save else partial(on_main, self._commit)
+
+    def ready(self, step:int) -> bool: # The step due a save
+        "Every rank: the write in flight done first (a save that waited for it is said); the disk takes every save"
+        self.settle(step)
+        return True
 
     def save(self, step:int, # Optimizer steps done: the checkpoint's name
              files:dict,     # Rank 0's files: name -> what it holds (`checkpoint_writers` makes the writers)
@@ -146,14 +149,6 @@ def settle(self:Saver, step:int|None=None): # The step a save is due at; `None`:
         if busy and step is not None and not self.waited: self.waited = True; print(self.wait_note(step, due, time.monotonic() - due))
     on_main(wait)
 
-def _pace(seconds:float, # How long a write takes
-          steps:int,     # Steps done in `apart` seconds
-          apart:float,   # Seconds
-          knob:str='every_steps') -> str:
-    "How far apart saves must be to outlast a write of `seconds`, at the pace of `steps` steps in `apart` seconds"
-    least = max(math.ceil(seconds*steps/apart), steps+1) if steps > 0 and apart > 0 else None
-    return (f'{least} steps or more (`{knob}={least}`), or ' if least else '') + f'{seconds:.2g} s or more'
-
 @patch
 def wait_note(self:Saver, step:int, # The step whose save waited
               due:float,     # When it was due (`time.monotonic()`)
@@ -171,8 +166,7 @@ def close(self:Saver):
     "Release the writers, the uploader and the claims, however the fit ended"
     if self.writer is not None and (err := self.writer.close()) is not None:   # the signals still only raise a flag meanwhile
         warnings.warn(f'ddpsafe: the background checkpoint write failed too: {err}')
-    if self.memory_writer is not None and (err := self.memory_writer.close()) is not None:   # a crash's newest memory checkpoint, for the restart
-        warnings.warn(f'ddpsafe: the memory tier {self.memory.folder} could not be written ({err}); its earlier checkpoints are unchanged')
+    if self.memory is not None: self.memory.close()     # a crash's newest memory checkpoint, for the restart
     if self.uploader is not None: self.uploader.close()  # after an error: the upload in flight ends in the background
     for c in (self.claim, self.far_claim):
         if c is not None: c.release()                    # rank 0's; the other ranks hold inactive copies
@@ -206,68 +200,6 @@ def catch_up(self:Saver, ck:Path): # The checkpoint a resume chose
     far = newest_complete(self.uploader.root, checksums=False)
     if far is None or checkpoint_step(far) < checkpoint_step(ck): self.uploader.submit(ck)
 
-# %% ../nbs/07f_saver.ipynb #7f000031
-@patch
-def memory_ready(self:Saver, step:int # The step due a memory save
-                ) -> bool:
-    "Does the memory tier take checkpoint `step` now? Not while its write is in flight; a failed write turns it off; every rank calls it"
-    if self.memory is None: return False
-    try: return on_main(self._memory_free, step)
-    except OSError as e: return self._memory_off(e)
-
-@patch
-def _memory_free(self:Saver, step:int) -> bool:
-    "Rank 0: is the memory writer idle? Its last write's error raised; said once a fit: a save skipped"
-    if self.memory_writer.busy:
-        if not self.memory_skipped: self.memory_skipped = True; print(self.skip_note(step))
-        return False
-    if (err := self.memory_writer.wait()) is not None: raise err
-    return True
-
-@patch
-def skip_note(self:Saver, step:int # The step whose memory save is skipped
-             ) -> str:
-    "Rank 0's line: a memory save skipped, the write in flight and how long it has run, the one before it, and how far apart memory saves must be not to skip"
-    ran, last = time.monotonic() - self.memory_submitted, self.memory_writer.seconds   # the write in flight has run `ran` s: it takes longer
-    took = max(ran, last or 0)
-    return (f'ddpsafe: memory tier {self.memory.folder}: step {step} not saved there, the write of step {self.memory_step} is still in flight after {ran:.2g} s '
-            f'({step - self.memory_step} steps)' + (f', the one before it took {last:.2g} s' if last is not None else '') + '; a memory save never waits: '
-            f'while a write takes longer than {self.memory.every_steps} steps, some are skipped; memory saves {_pace(took, step - self.memory_step, ran, "memory_every_steps")} apart '
-            'would skip none (said once per fit)')
-
-@patch
-def _memory_off(self:Saver, e:BaseException) -> bool:
-    "Say, on every rank, that the memory tier could not be written; it is off for the rest of the fit"
-    warnings.warn(f'ddpsafe: the memory tier {self.memory.folder} could not be written ({e}); it is off for the rest of this fit, the disk checkpoints go on')
-    self.memory = None
-    return False
-
-@patch
-def save_memory(self:Saver, step:int, # Optimizer steps done: the checkpoint's name
-                files:dict,   # Rank 0's files: name -> what it holds, as `save` takes them
-                meta:dict):   # Stored in the manifest
-    "Copy checkpoint `step` into the memory tier's buffers now, and commit it there in the background; after `memory_ready`"
-    if not is_main(): return                             # rank 0 writes the memory tier
-    tier, files, self.memory_step = self.memory, self.memory_buffers.copy(files), step
-    self.memory_writer.submit(lambda: tier.write(step, checkpoint_writers(files), meta))
-    self.memory_submitted = time.monotonic()
-
-# %% ../nbs/07f_saver.ipynb #7f000039
-@patch
-def settle_memory(self:Saver):
-    "Wait for the memory write in flight; the tier, or `None` (none, or that write failed: warned on every rank); every rank calls it"
-    if self.memory is None: return None
-    def wait():
-        if (err := self.memory_writer.wait()) is not None: raise err
-    try: on_main(wait)
-    except OSError as e: self._memory_off(e)
-    return self.memory
-
-@patch
-def end_memory(self:Saver):
-    "The fit saved its end to disk: rank 0 empties the memory tier, whose checkpoints are older, once its write in flight is done"
-    if self.settle_memory() is not None: on_main(self.memory.clear)
-
 # %% ../nbs/07f_saver.ipynb #b1338861
 @patch
 def end(self:Saver, upload_wait:float|None=None, # At most this many seconds for the uploads; `None`: until they are done
@@ -275,7 +207,7 @@ def end(self:Saver, upload_wait:float|None=None, # At most this many seconds for
     "The fit's end: the write in flight settled, the uploads waited for, the memory tier emptied; every rank calls it"
     self.settle()
     self.finish(upload_wait)
-    if saved: self.end_memory()
+    if saved and self.memory is not None and self.memory.settle() is not None: on_main(self.memory.clear)   # its checkpoints are older
 
 # %% ../nbs/07f_saver.ipynb #7f00001f
 def in_shards_to(model,       # The fit's model

@@ -6,12 +6,12 @@ Docs: https://ddpsafe.github.io/ddpsafe/snapshot.html.md"""
 
 # %% ../nbs/07_snapshot.ipynb #bf32d487
 from __future__ import annotations
-import os, sys, time, queue, threading, contextlib
+import os, sys, math, time, queue, threading, contextlib
 import torch
 from .core import is_dtensor
 
 # %% auto #0
-__all__ = ['map_tensors', 'StateBuffers', 'lower_priority', 'AsyncWriter']
+__all__ = ['map_tensors', 'StateBuffers', 'lower_priority', 'AsyncWriter', 'Tier']
 
 # %% ../nbs/07_snapshot.ipynb #04d9bae3
 def _is_tensor(o): return isinstance(o, torch.Tensor)
@@ -97,3 +97,28 @@ class AsyncWriter:
 
     @property
     def busy(self) -> bool: return not self.idle.is_set()
+
+# %% ../nbs/07_snapshot.ipynb #058c379e
+class Tier:
+    "Where a fit's checkpoints go; every rank calls, in this order: `ready` and `save` at each save, `settle` before a resume and at the fit's end, `close` once"
+    def ready(self, step:int) -> bool: # The step due a save
+        "May the tier take checkpoint `step` now? Every rank gets the same answer"
+        return True
+    def save(self, step:int, # Optimizer steps done: the checkpoint's name
+             files:dict,     # Rank 0's files: name -> what it holds
+             meta:dict,      # Stored in the manifest
+             shards:dict|None=None): # This rank's tensors, for a tier that writes shards
+        "Checkpoint `step`: committed now, or copied now and committed in the background"
+        raise NotImplementedError
+    def settle(self):
+        "Wait for the write in flight; its error raised on every rank"
+    def close(self):
+        "Wait for the write in flight and end the writer's thread, however the fit ended"
+
+def _pace(seconds:float, # How long a write takes
+          steps:int,     # Steps done in `apart` seconds
+          apart:float,   # Seconds
+          knob:str='every_steps') -> str:
+    "How far apart saves must be to outlast a write of `seconds`, at the pace of `steps` steps in `apart` seconds"
+    least = max(math.ceil(seconds*steps/apart), steps+1) if steps > 0 and apart > 0 else None
+    return (f'{least} steps or more (`{knob}={least}`), or ' if least else '') + f'{seconds:.2g} s or more'
