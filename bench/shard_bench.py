@@ -36,7 +36,8 @@ def rank_main(mb:int, reps:int, folder:str) -> dict:
     from torch.distributed.fsdp import fully_shard
     from fastai.optimizer import Adam
     from ddpsafe.core import rank, on_main, barrier
-    from ddpsafe.checkpoint import model_weights, shard_state, write_in_shards, rng_state
+    from ddpsafe.checkpoint import model_weights, shard_state, rng_state
+    from ddpsafe.sharded import write_in_shards
     from ddpsafe.parts import checkpoint_writers
     from ddpsafe.sharded import full_optimizer_state
     from ddpsafe.snapshot import StateBuffers

@@ -13,7 +13,7 @@ from .commit import temp_path, fsync_path, commit_file, storage_for, as_path, er
 
 # %% auto #0
 __all__ = ['OWNER', 'job_id', 'pid_alive', 'FolderInUse', 'describe_owner', 'read_owner', 'takeover_reason', 'FolderClaim',
-           'claim_folder']
+           'claim_folder', 'claim_checkpoints']
 
 # %% ../nbs/05a_owner.ipynb #59b05882
 OWNER = 'ddpsafe-owner.json'
@@ -274,3 +274,16 @@ def claim_folder(root:Path|str,          # The checkpoints folder (created if mi
     atexit.register(me.release)
     if note and not quiet: print(note)
     return me
+
+# %% ../nbs/05a_owner.ipynb #4eb33bd5
+from .core import on_main
+
+#| export
+def claim_checkpoints(root:Path):
+    "Claim `root` for this run, on rank 0"
+    try: return on_main(claim_folder, root)
+    except OSError as e:
+        if e.strerror is None: raise       # `FolderInUse`, with its own message
+        raise OSError(e.errno, f'{root}: cannot write in this checkpoints folder ({e.strerror}); a run must own its folder '
+                      'to save, rotate and clean it up. The checkpoints in it are unchanged: make it writable, or give '
+                      '`CheckpointCallback` another `path`') from e

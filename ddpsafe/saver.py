@@ -6,77 +6,24 @@ Docs: https://ddpsafe.github.io/ddpsafe/saver.html.md"""
 
 # %% ../nbs/07f_saver.ipynb #7f000002
 from __future__ import annotations
-import uuid, time, errno, warnings, contextlib
+import time, warnings, contextlib
 import numpy as np
 from functools import partial
 from pathlib import Path
-from fastcore.basics import patch, store_attr, noop
+from fastcore.basics import patch, store_attr
 from .core import *
-from .commit import as_path, commit_file, storage_for
+from .commit import storage_for
 from .io import prepare_dir
-from .owner import claim_folder
+from .owner import claim_checkpoints
 from .memory import fit_memory_tier
 from .manifest import *
 from .snapshot import StateBuffers, AsyncWriter, Tier, _pace
-from .sharded import is_sharded, write_shards, dcp_error, _failures
+from .sharded import write_in_shards, in_shards_to   # how a checkpoint is written in shards, and whether it is
 from .parts import checkpoint_writers
 from .upload import Uploader
 
 # %% auto #0
-__all__ = ['write_in_shards', 'ranks_not_seeing', 'Saver', 'in_shards_to', 'claim_checkpoints', 'fit_saver']
-
-# %% ../nbs/07f_saver.ipynb #7f000006
-def _attempt(f) -> tuple:
-    "(`f()`, []), or (`None`, what went wrong, rank by rank)"
-    try: return f(), []
-    except (Exception, dcp_error()) as e: return None, _failures(e)
-
-def _sees(folder:Path):
-    if not folder.is_dir(): raise FileNotFoundError(errno.ENOENT, f'{folder}, which rank 0 created, is not there: a sharded checkpoint '
-                                                    'is written by every rank into one folder, on a filesystem every rank sees')
-
-def write_in_shards(root:Path, # The checkpoints folder
-                    step:int,  # Optimizer steps done: the checkpoint's name
-                    files:dict, # Rank 0's files, as `write_checkpoint` takes them
-                    meta:dict, # Stored in the manifest
-                    shards:dict, # This rank's tensors, as `write_shards` takes them
-                    check=noop,  # Rank 0 calls it before the folder is made: the folder's claim is still this run's
-                    keep=noop    # Rank 0 calls it with the committed checkpoint: the rotation
-                   ) -> Path:
-    "Checkpoint `step`: every rank's shards, then rank 0's `files` and the manifest, then the rename; collective"
-    stack = contextlib.ExitStack()
-    def begin():
-        check()
-        return stack.enter_context(checkpoint_folder(root, step))
-    tmp = on_main(begin)
-    errs, written = [e for es in all_ranks(_attempt(lambda: _sees(tmp))[1]) for e in es], {}
-    if not errs:               # every rank enters DCP's collectives, or none does
-        outcomes = all_ranks(_attempt(lambda: write_shards(shards, tmp, side_group() if coordinating() else None)))
-        errs = list(dict.fromkeys(e for _, es in outcomes for e in es))
-        for own, _ in outcomes: written.update(own or {})
-    def finish():
-        with stack:
-            if errs: raise _ShardsFailed()
-            fill_checkpoint(tmp, step, files, meta, written)
-        ck = as_path(root)/checkpoint_name(step)
-        keep(ck)
-        return ck
-    try: return on_main(finish)
-    except _ShardsFailed:
-        msg = f'could not write checkpoint {as_path(root)/checkpoint_name(step)}: ' + '; '.join(m for _, m in errs) + '; earlier checkpoints are unchanged'
-        code = next((c for c, _ in errs if c), None)
-        raise (OSError(code, msg) if code else RuntimeError(msg)) from None
-
-class _ShardsFailed(Exception): "A rank could not write its shards (the message is built on every rank)"
-
-# %% ../nbs/07f_saver.ipynb #7f00000a
-def ranks_not_seeing(folder:Path) -> list:
-    "The ranks that do not see, in their `folder`, a file that rank 0 writes into its own; collective"
-    if not coordinating(): return []
-    name = on_main(lambda: commit_file(Path(folder)/f'.ddpsafe-probe-{uuid.uuid4().hex[:8]}', b'').name)
-    try: seen = all_ranks((Path(folder)/name).exists())
-    finally: on_main(lambda: (Path(folder)/name).unlink(missing_ok=True))
-    return [r for r, s in enumerate(seen) if not s]
+__all__ = ['Saver', 'fit_saver']
 
 # %% ../nbs/07f_saver.ipynb #7f00000d
 class Saver(Tier):
@@ -208,28 +155,6 @@ def end(self:Saver, upload_wait:float|None=None, # At most this many seconds for
     self.settle()
     self.finish(upload_wait)
     if saved and self.memory is not None and self.memory.settle() is not None: on_main(self.memory.clear)   # its checkpoints are older
-
-# %% ../nbs/07f_saver.ipynb #7f00001f
-def in_shards_to(model,       # The fit's model
-                 folder:Path, # Where the commits go
-                 local:bool   # Is `path` a local folder? (object storage has none that DCP writes into)
-                ) -> bool:
-    "Does every rank write its own shards of `model` into `folder`? Rank 0 says why not when some rank does not see it; collective"
-    if not (is_sharded(model) and local): return False
-    if not (blind := ranks_not_seeing(folder)): return True
-    if is_main(): print(f'ddpsafe: rank{"s"*(len(blind)>1)} {", ".join(map(str, blind))} {"do" if len(blind)>1 else "does"} not see {folder}: '
-                        "this fit's checkpoints are gathered whole to rank 0, not written in shards by every rank")
-    return False
-
-# %% ../nbs/07f_saver.ipynb #4eb33bd5
-def claim_checkpoints(root:Path):
-    "Claim `root` for this run, on rank 0"
-    try: return on_main(claim_folder, root)
-    except OSError as e:
-        if e.strerror is None: raise       # `FolderInUse`, with its own message
-        raise OSError(e.errno, f'{root}: cannot write in this checkpoints folder ({e.strerror}); a run must own its folder '
-                      'to save, rotate and clean it up. The checkpoints in it are unchanged: make it writable, or give '
-                      '`CheckpointCallback` another `path`') from e
 
 # %% ../nbs/07f_saver.ipynb #c94799c0
 def fit_saver(path,                  # A folder (relative to `base`), or a URL such as `s3://bucket/run`

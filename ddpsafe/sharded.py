@@ -14,7 +14,8 @@ from .snapshot import map_tensors
 # %% auto #0
 __all__ = ['SHARD_PLACEHOLDER', 'is_sharded', 'full_weights', 'fit_problems', 'load_full_weights', 'full_optimizer_state',
            'shard_optimizer_state', 'fill_placeholders', 'shard_names', 'write_shards', 'read_shard_index',
-           'shard_reader', 'dcp_error', 'read_shards', 'read_whole_shards']
+           'shard_reader', 'dcp_error', 'read_shards', 'read_whole_shards', 'write_in_shards', 'ranks_not_seeing',
+           'in_shards_to']
 
 # %% ../nbs/02a_sharded.ipynb #d068b420
 def is_sharded(model # A model, or a `Learner`'s `model` under DDP
@@ -194,3 +195,74 @@ def read_whole_shards(folder:Path|str, # A folder `write_shards` wrote
     out = {k: torch.empty(v.size, dtype=v.properties.dtype) for k, v in index.items() if k.startswith(prefix) and hasattr(v, 'size')}
     read_shards(out, folder)
     return {k[len(prefix):]: v for k, v in out.items()}
+
+# %% ../nbs/02a_sharded.ipynb #f63cb0ed
+import uuid, errno, contextlib
+from fastcore.basics import noop
+from .commit import as_path, commit_file
+from .manifest import checkpoint_folder, fill_checkpoint, checkpoint_name
+
+# %% ../nbs/02a_sharded.ipynb #7f000006
+def _attempt(f) -> tuple:
+    "(`f()`, []), or (`None`, what went wrong, rank by rank)"
+    try: return f(), []
+    except (Exception, dcp_error()) as e: return None, _failures(e)
+
+def _sees(folder:Path):
+    if not folder.is_dir(): raise FileNotFoundError(errno.ENOENT, f'{folder}, which rank 0 created, is not there: a sharded checkpoint '
+                                                    'is written by every rank into one folder, on a filesystem every rank sees')
+
+def write_in_shards(root:Path, # The checkpoints folder
+                    step:int,  # Optimizer steps done: the checkpoint's name
+                    files:dict, # Rank 0's files, as `write_checkpoint` takes them
+                    meta:dict, # Stored in the manifest
+                    shards:dict, # This rank's tensors, as `write_shards` takes them
+                    check=noop,  # Rank 0 calls it before the folder is made: the folder's claim is still this run's
+                    keep=noop    # Rank 0 calls it with the committed checkpoint: the rotation
+                   ) -> Path:
+    "Checkpoint `step`: every rank's shards, then rank 0's `files` and the manifest, then the rename; collective"
+    stack = contextlib.ExitStack()
+    def begin():
+        check()
+        return stack.enter_context(checkpoint_folder(root, step))
+    tmp = on_main(begin)
+    errs, written = [e for es in all_ranks(_attempt(lambda: _sees(tmp))[1]) for e in es], {}
+    if not errs:               # every rank enters DCP's collectives, or none does
+        outcomes = all_ranks(_attempt(lambda: write_shards(shards, tmp, side_group() if coordinating() else None)))
+        errs = list(dict.fromkeys(e for _, es in outcomes for e in es))
+        for own, _ in outcomes: written.update(own or {})
+    def finish():
+        with stack:
+            if errs: raise _ShardsFailed()
+            fill_checkpoint(tmp, step, files, meta, written)
+        ck = as_path(root)/checkpoint_name(step)
+        keep(ck)
+        return ck
+    try: return on_main(finish)
+    except _ShardsFailed:
+        msg = f'could not write checkpoint {as_path(root)/checkpoint_name(step)}: ' + '; '.join(m for _, m in errs) + '; earlier checkpoints are unchanged'
+        code = next((c for c, _ in errs if c), None)
+        raise (OSError(code, msg) if code else RuntimeError(msg)) from None
+
+class _ShardsFailed(Exception): "A rank could not write its shards (the message is built on every rank)"
+
+# %% ../nbs/02a_sharded.ipynb #7f00000a
+def ranks_not_seeing(folder:Path) -> list:
+    "The ranks that do not see, in their `folder`, a file that rank 0 writes into its own; collective"
+    if not coordinating(): return []
+    name = on_main(lambda: commit_file(Path(folder)/f'.ddpsafe-probe-{uuid.uuid4().hex[:8]}', b'').name)
+    try: seen = all_ranks((Path(folder)/name).exists())
+    finally: on_main(lambda: (Path(folder)/name).unlink(missing_ok=True))
+    return [r for r, s in enumerate(seen) if not s]
+
+# %% ../nbs/02a_sharded.ipynb #7f00001f
+def in_shards_to(model,       # The fit's model
+                 folder:Path, # Where the commits go
+                 local:bool   # Is `path` a local folder? (object storage has none that DCP writes into)
+                ) -> bool:
+    "Does every rank write its own shards of `model` into `folder`? Rank 0 says why not when some rank does not see it; collective"
+    if not (is_sharded(model) and local): return False
+    if not (blind := ranks_not_seeing(folder)): return True
+    if is_main(): print(f'ddpsafe: rank{"s"*(len(blind)>1)} {", ".join(map(str, blind))} {"do" if len(blind)>1 else "does"} not see {folder}: '
+                        "this fit's checkpoints are gathered whole to rank 0, not written in shards by every rank")
+    return False
