@@ -104,18 +104,18 @@ def main(argv=None):
         def _resume(self):
             ev('resume_start')
             try: super()._resume()
-            finally: ev('resume_end', step=self.steps_before + self.fit_steps)
-        def save(self, reason='request', stop=False, finished=False, memory=False):
-            g = self.steps_before + self.fit_steps
+            finally: ev('resume_end', step=self.progress.global_step)
+        def save(self, reason='request', stop=False, finished=False, to=None):
+            g = self.progress.global_step
             ev('save_start', step=g, reason=reason)
-            saved = super().save(reason, stop=stop, finished=finished, memory=memory)
+            saved = super().save(reason, stop=stop, finished=finished, to=to)
             ev('save_end', step=g, reason=reason, saved=saved)
             return saved
         def after_batch(self):
-            before = self.fit_steps
+            before = self.progress.fit_steps
             try: super().after_batch()
             finally:
-                if self.fit_steps != before: ev('step', g=self.steps_before + self.fit_steps)
+                if self.progress.fit_steps != before: ev('step', g=self.progress.global_step)
 
     n_in, bs = 256, 64
     g = torch.Generator().manual_seed(0)

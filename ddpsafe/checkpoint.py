@@ -74,11 +74,10 @@ def before_fit(self:CheckpointCallback):
     say = partial(_say_once, run)
     self.saver = fit_saver(self.path, self.learn.path, self.model, self.keep, self.comp, self.async_save, self.local, self.storage_options,
                            self.memory_every_steps, self.memory_path, self.memory_keep, say)   # how this fit writes and keeps, chosen once
-    self.fit_idx, run.fits = run.fits, run.fits + 1
-    self.steps_before, self.fit_steps = run.steps, 0
-    self.parts = TrainingState(self.learn, self.extra, header=[PositionState(self.learn, self), SetupState(setup_signature(self.learn))])   # where the loops are, and the run's facts
+    position, run.fits = PositionState(self.learn, run.fits, run.steps), run.fits + 1   # where the loops are, and the step counters
+    self.parts = TrainingState(self.learn, self.extra, header=[position, SetupState(setup_signature(self.learn))])   # and the run's facts
     say(late_callbacks_note(self.parts, self.order)); say(loader_note(self.dls.train))
-    self.last_pos, self.stopped_by, self.ran_epoch = None, None, False
+    self.stopped_by, self.ran_epoch = None, False
     self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(_NOT_ASKED), False, False, False
     started, self.saved_stop = time.monotonic(), False
     self.stops = StopRequests(self.signals, self.saver.root, self.save_switch, self.stop_switch, self.poll_seconds).install()
@@ -86,6 +85,8 @@ def before_fit(self:CheckpointCallback):
     if self.resume is not False and self.resume is not None: self._resume()
     history = self.saver.root if self.saver.storage.local else None   # object storage: no append
     self.timer = SaveTimer(self.every_seconds, history, is_main(), self.async_save, started)   # after the resume: the time a restart takes includes it
+
+CheckpointCallback.progress = property(lambda self: self.parts['position'], doc="The fit's `PositionState`: where the loops are, and the step counters")
 
 # %% ../nbs/08_checkpoint.ipynb #26d2d96a
 def _say_once(run, note:str|None):
@@ -111,7 +112,7 @@ def after_fit(self:CheckpointCallback):
         self.saver.end(self.upload_wait if self.stopped_by == 'signal' else None, saved=self.ran_epoch)   # the uploads: after a signal, `upload_wait` s at most
     finally:
         self.stops.uninstall()
-        run.steps, run.fits_left = self.steps_before + self.fit_steps, max(run.fits_left - 1, 0)
+        run.steps, run.fits_left = self.progress.global_step, max(run.fits_left - 1, 0)
     self.ended = {'signal': 'preempted', 'switch': 'stopped'}.get(self.stopped_by, 'finished')   # how this launch ended: recorded as the fit closes
     if self.stopped_by == 'signal' and self.exit_code is not None: exit_quickly(self.exit_code)
 
@@ -150,14 +151,15 @@ def after_cancel_step(self:CheckpointCallback): "A callback cancelled the step: 
 
 # %% ../nbs/08_checkpoint.ipynb #60be1866
 @patch
-def save_reason(self:CheckpointCallback, asked:dict # The agreed requests: `save`, `stop`, `signal`, `timer`
+def save_reason(self:CheckpointCallback, asked:dict, # The agreed requests: `save`, `stop`, `signal`, `timer`
+                steps:int     # This fit's optimizer steps, this one counted
                ) -> str|None:
     "Why this optimizer step is saved, or `None`"
     if asked['signal']: return 'signal'
     if asked['save']: return 'switch'
     if self.epoch_due: return 'epoch'
     if asked['timer']: return 'time'
-    if self.every_steps and self.fit_steps % self.every_steps == 0: return 'steps'
+    if self.every_steps and steps % self.every_steps == 0: return 'steps'
     return None
 
 # %% ../nbs/08_checkpoint.ipynb #7e000002
@@ -172,12 +174,12 @@ def after_batch(self:CheckpointCallback):
     self.asked = {k: v or self.asked[k] for k, v in self.stops.poll(timer=self.timer.ask()).items()}
     self.pending_grads = not self.stepped
     if not self.stepped: return          # inside an accumulation window: wait for its optimizer step
-    self.fit_steps += 1
+    self.progress.fit_steps += 1
     asked, self.asked = self.asked, dict(_NOT_ASKED)
-    if reason := self.save_reason(asked):
+    if reason := self.save_reason(asked, self.progress.fit_steps):
         self.save(reason, stop=asked['stop'])
         self.epoch_due = False
-    elif self.memory is not None and self.memory.due(self.fit_steps): self.save('memory', to=self.memory)   # unless its last write is in flight
+    elif self.memory is not None and self.memory.due(self.progress.fit_steps): self.save('memory', to=self.memory)   # unless its last write is in flight
     if asked['timer']: self.timer.raised = False   # agreed: rank 0 may ask again
     if asked['stop']:
         self._stop(asked)
@@ -188,7 +190,7 @@ def after_batch(self:CheckpointCallback):
 def _stop(self:CheckpointCallback, asked:dict): # The agreed requests, with `stop` set
     "Record who stopped the run, and say where"
     self.stopped_by, run_state(self.learn).stopped = 'signal' if asked['signal'] else 'switch', True
-    if is_main(): print(f'ddpsafe: stopping at step {self.steps_before+self.fit_steps} after a {self.stopped_by}; checkpoint saved in {self.saver.root}')
+    if is_main(): print(f'ddpsafe: stopping at step {self.progress.global_step} after a {self.stopped_by}; checkpoint saved in {self.saver.root}')
 
 # %% ../nbs/08_checkpoint.ipynb #a54cb7c6
 @patch
@@ -214,7 +216,7 @@ def save(self:CheckpointCallback,
         ) -> bool:
     "Save this step boundary; `False` if already saved"
     pos = self.position()
-    if (pos['global_step'], pos['epoch_done']) == self.last_pos and not (stop and not self.saved_stop): return False   # a late stop saves its step again: the manifest must say it
+    if (pos['global_step'], pos['epoch_done']) == self.progress.saved and not (stop and not self.saved_stop): return False   # a late stop saves its step again: the manifest must say it
     began = time.monotonic()   # what training waits for, from here: `every_seconds='auto'` weighs it
     tier = to or self.saver
     if not tier.ready(pos['global_step']): return False   # the disk waits for its write in flight (said); the memory tier skips, nothing collected
@@ -223,7 +225,7 @@ def save(self:CheckpointCallback,
     with step_lock(self.learn): files, meta['parts'], shards = self.parts.to_files(self.saver.sharded)   # every rank, one step boundary
     tier.save(pos['global_step'], files, meta, shards)     # written as this fit chose: now or in the background, whole or in shards
     if tier is not self.saver: return True
-    self.last_pos, self.saved_stop = (pos['global_step'], pos['epoch_done']), stop
+    self.progress.saved, self.saved_stop = (pos['global_step'], pos['epoch_done']), stop
     self.timer.saved(time.monotonic() - began, self.saver.write_seconds)
     return True
 
@@ -232,8 +234,7 @@ def save(self:CheckpointCallback,
 def _resume(self:CheckpointCallback):
     "Load this fit's newest checkpoint and go on from it"
     ck, man = resume_checkpoint(self.saver, self.resume, self.learn.path)   # in the saver's folders, the memory tier's too
-    if ck is None or man.get('fit', 0) < self.fit_idx: return   # nothing saved yet, or by an earlier fit of this `fine_tune`
-    if man.get('fit', 0) > self.fit_idx: raise CancelFitException()   # a later fit of this `fine_tune` saved it: this one was over
+    if ck is None or man.get('fit', 0) < self.progress.fit_idx: return   # nothing saved yet, or by an earlier fit of this `fine_tune`
+    if man.get('fit', 0) > self.progress.fit_idx: raise CancelFitException()   # a later fit of this `fine_tune` saved it: this one was over
     at = resume_from(self.learn, ck, man, self.parts, self.accept_changes, shard_index(ck, man))   # the loops go on from there ([resume](resume.html))
-    self.fit_steps = at.get('fit_steps', at['train_iter'])
-    self.steps_before, self.last_pos = at['global_step'] - self.fit_steps, (at['global_step'], at['epoch_done'])
+    self.progress.go_on_from(at)

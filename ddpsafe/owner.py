@@ -276,11 +276,9 @@ def claim_folder(root:Path|str,          # The checkpoints folder (created if mi
     return me
 
 # %% ../nbs/05a_owner.ipynb #4eb33bd5
-from .core import on_main
-
-#| export
 def claim_checkpoints(root:Path):
     "Claim `root` for this run, on rank 0"
+    from ddpsafe.core import on_main   # here, not at the top: `ddpsafe-ls` reads owners without importing torch
     try: return on_main(claim_folder, root)
     except OSError as e:
         if e.strerror is None: raise       # `FolderInUse`, with its own message

@@ -304,17 +304,25 @@ def stop_persistent_workers(dl):
 POSITION = ('epoch', 'iter', 'epoch_done', 'train_iter', 'pct_train', 'n_epoch', 'fit_steps', 'global_step', 'fit', 'train_batches')   # in `state.pt`'s header, in this order
 
 class PositionState(Part):
-    "Where the run is at a step or epoch boundary: epoch, batch, optimizer steps, fit"
+    "Where the run is at a step or epoch boundary (epoch, batch, optimizer steps, fit), and the one owner of its step counters"
     header,when_missing = True,'refuse'
     def __init__(self, learn:Learner,
-                 steps): # What counts the optimizer steps: `fit_idx` (this fit's index in the run), `steps_before` (the run's earlier fits'), `fit_steps` (this fit's)
-        super().__init__('position'); self.learn,self.steps,self.in_train,self.resumed = learn,steps,False,None
+                 fit_idx:int=0,       # This fit's index in the run (`fine_tune` runs two fits)
+                 steps_before:int=0): # Optimizer steps of the run's earlier fits
+        super().__init__('position'); self.learn,self.fit_idx,self.steps_before = learn,fit_idx,steps_before
+        self.fit_steps,self.saved,self.in_train,self.resumed = 0,None,False,None   # this fit's optimizer steps; (global step, epoch done) saved last
+    @property
+    def global_step(self) -> int: return self.steps_before + self.fit_steps
     def begin_epoch(self): self.in_train = True
     def end_epoch(self): self.in_train = False
     def state_dict(self) -> dict:
-        l, s, done = self.learn, self.steps, not self.in_train
+        l, done = self.learn, not self.in_train
         return dict(epoch=l.epoch, iter=l.n_iter if done else l.iter+1, epoch_done=done, train_iter=l.train_iter, pct_train=l.pct_train,
-                    n_epoch=l.n_epoch, fit_steps=s.fit_steps, global_step=s.steps_before+s.fit_steps, fit=s.fit_idx, train_batches=len(l.dls.train))
+                    n_epoch=l.n_epoch, fit_steps=self.fit_steps, global_step=self.global_step, fit=self.fit_idx, train_batches=len(l.dls.train))
+    def go_on_from(self, at:dict): # The position a resume goes on from (`resume_from`'s)
+        "Count on from `at`: this fit's steps done, the earlier fits' as the rest, and `at` as saved"
+        self.fit_steps = at.get('fit_steps', at['train_iter'])   # older checkpoints: one fit, a step a batch
+        self.steps_before, self.saved = at['global_step'] - self.fit_steps, (at['global_step'], at['epoch_done'])
     def load_state_dict(self, d:dict): self.resumed = {k: d[k] for k in POSITION if k in d}   # older checkpoints lack the newer entries
     def meta(self) -> dict: return {k: v for k, v in self.state_dict().items() if k in ('epoch', 'iter', 'epoch_done', 'fit')}   # the manifest's
 

@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     class Markers(CheckpointCallback):
         "`CheckpointCallback` that logs its saves and sleeps after each step"
         def after_batch(self):
-            if self.training: say(f'STEP {self.steps_before + self.train_iter}')
+            if self.training: say(f'STEP {self.progress.steps_before + self.train_iter}')
             try: super().after_batch()
             finally:
                 if self.training and a.slow: time.sleep(a.slow)

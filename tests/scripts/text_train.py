@@ -74,7 +74,7 @@ def main(argv=None) -> int:
         def after_batch(self):
             if self.training:
                 batches[self.fit_name] = self.n_iter
-                step = self.steps_before + self.train_iter
+                step = self.progress.steps_before + self.train_iter
                 say(f'STEP {self.fit_name} {step}')
                 if (self.fit_name, step) == (stop_fit, stop_step):
                     t = time.monotonic()

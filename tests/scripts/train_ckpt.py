@@ -119,7 +119,7 @@ def main(argv=None) -> int:
         "`CheckpointCallback` that prints what it does, and creates switch files / sends signals at given steps"
         def before_fit(self):
             super().before_fit()
-            say(f'FIT {self.fit_idx} START steps_before={self.steps_before}')
+            say(f'FIT {self.progress.fit_idx} START steps_before={self.progress.steps_before}')
             if a.nccl: say(f'DEVICES model {next(self.model.parameters()).device} data {self.dls.train.device}')
             if a.start_out:            # whole tensors on every rank, gathered from the shards under FSDP
                 from fastai.torch_core import get_model
@@ -130,7 +130,7 @@ def main(argv=None) -> int:
                                 opt=full_optimizer_state(self.learn.opt.state_dict(), everywhere=True)), f'{a.start_out}.rank{r}')
         def after_batch(self):
             if self.training:
-                g = self.steps_before + self.train_iter
+                g = self.progress.steps_before + self.train_iter
                 for name, s in touches:
                     if s == g and r == 0: (self.root/name).write_bytes(b"")
                 for sg, rk, s in kills:
