@@ -1,25 +1,32 @@
 """Checkpoints written by an older ddpsafe resume bit for bit, and this ddpsafe writes them in the same format.
 
-`tests/fixtures/ckpt-0db8280/` holds checkpoints that main 0db8280 (before the position became a part of the registry)
-wrote with `tests/scripts/train_ckpt.py` on 2 ranks, stopped in the middle of an epoch by SIGTERM and at an epoch's last
-batch by the stop switch, each beside rank 0's final weights of an uninterrupted run of that code (`whole.pt`); see
-`tests/scripts/old_checkpoints.py`, which wrote them. Each is resumed here to the end, and must end with the weights of
-the uninterrupted run, bit for bit, on both ranks. The same stop with this code must write the same files, with the
-same entries, in the same order, of the same form (tensors' dtypes and shapes), on any machine; and, where this machine's
-torch trains as the one that wrote them (the same CPU kernels), holding the same values. The tests that need the same
-training skip, saying so, on a machine that trains otherwise.
+`tests/fixtures/` holds one set of checkpoints for each older ddpsafe: `ckpt-0db8280/` by main 0db8280 (before the
+position became a part of the registry) and `ckpt-9c5e351/` by main 9c5e351. Each was written with that commit's
+`tests/scripts/train_ckpt.py` on 2 ranks, stopped in the middle of an epoch by SIGTERM and at an epoch's last batch by
+the stop switch, each beside rank 0's final weights of an uninterrupted run of that code (`whole.pt`); see
+`tests/scripts/old_checkpoints.py`, which wrote them. Each is resumed here to the end (test ids `SET/SCENARIO`, e.g.
+`ckpt-0db8280/fit-sigterm-step5`), and must end with the weights of the uninterrupted run, bit for bit, on both ranks.
+The same stop with this code must write the same files, with the same entries, in the same order, of the same form
+(tensors' dtypes and shapes), and holding the same values.
 
-    python -m pytest tests/test_old_checkpoints.py -s      # about 1 min on a quiet 2-core machine"""
+Bit for bit across machines needs the same CPU kernels: every rank, the old ones that wrote the fixtures and the ones
+here, runs with `train_ckpt.PINNED_KERNELS` (aten's default kernels, MKL's COMPATIBLE path, one thread; recorded in each
+`info.json` as `env`), which makes this training the same on any x86 CPU. Unpinned, aten's AVX-512/AVX2 dispatch and
+MKL's SGEMM code path change the weights' last bits from one CPU to another. The tests that need the same training
+still skip, saying so, on a machine that trains otherwise all the same (another torch, another architecture).
+
+    python -m pytest tests/test_old_checkpoints.py -s      # about 1.5 min on a quiet 2-core machine"""
 from __future__ import annotations
-import json, shutil, tempfile
+import json, atexit, shutil, tempfile
 from pathlib import Path
 import pytest, torch
 from ddpsafe.manifest import newest_complete, read_manifest
 from ddpsafe.learner import fastai_safe_globals
 from conftest import train_ckpt, fail_msg, same_tree
 tc = train_ckpt()
-FIXTURES = Path(__file__).parent/'fixtures'/'ckpt-0db8280'
-SCENARIOS = sorted(p.name for p in FIXTURES.iterdir() if (p/'info.json').exists())
+FIXTURES = Path(__file__).parent/'fixtures'
+SETS = ('ckpt-0db8280', 'ckpt-9c5e351')     # one set per older ddpsafe that wrote them
+SCENARIOS = [f'{s}/{p.name}' for s in SETS for p in sorted((FIXTURES/s).iterdir()) if (p/'info.json').exists()]
 
 @pytest.fixture
 def folder():
@@ -32,14 +39,26 @@ def read(ck:Path, name:str):
     if not name.endswith('.pt'): return (ck/name).read_bytes()
     with torch.serialization.safe_globals(fastai_safe_globals()): return torch.load(ck/name, weights_only=True)
 
+def info_of(name:str) -> dict: return json.loads((FIXTURES/name/'info.json').read_text())
+
+def trains_otherwise(name:str, whole:dict) -> str|None:
+    "Why this machine's uninterrupted run (`whole`: rank 0's weights) differs from the one that wrote `name`; None where it doesn't"
+    info = info_of(name)
+    if tc.same(whole, torch.load(FIXTURES/name/'whole.pt', weights_only=True)): return None
+    return (f"this torch ({torch.__version__}) on this machine trains otherwise than the one that wrote {name} ({info['torch']}), "
+            f"kernels pinned by {tc.PINNED_KERNELS} here, by {info.get('env')} there")
+
+def test_fixtures_pinned():
+    "Every set was written with the kernels pinned as the runs here pin them"
+    assert SCENARIOS and {s.split('/')[0] for s in SCENARIOS} == set(SETS), SCENARIOS
+    for name in SCENARIOS: assert info_of(name).get('env') == tc.PINNED_KERNELS, f"{name}: written with {info_of(name).get('env')}"
+
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize('name', SCENARIOS)
 def test_old_checkpoint_resumes_bit_for_bit(folder, name):
-    info = json.loads((FIXTURES/name/'info.json').read_text())
+    info = info_of(name)
     whole = tc.baseline(info['n_epoch'], '--fit', info['fit'])
-    if not tc.same(whole[0], torch.load(FIXTURES/name/'whole.pt', weights_only=True)):
-        pytest.skip(f"this torch ({torch.__version__}) trains otherwise than the one that wrote {name} ({info['torch']}): "
-                    'no resume of it can end as a run of this torch')
+    if why := trains_otherwise(name, whole[0]): pytest.skip(why + ': no resume of it can end as a run of this torch')
     shutil.copytree(FIXTURES/name, folder/'run')
     codes, outs, res = tc.run(folder/'run', info['n_epoch'], '--fit', info['fit'], '--out', folder/'w')
     assert codes == [0, 0], fail_msg(outs)
@@ -55,13 +74,14 @@ def same_form(a, b) -> bool:
 
 _written = {}
 def written(name:str) -> tuple:
-    "(the fixture's checkpoint, the one this code writes at the same stop), written once per scenario"
-    if name not in _written:
-        info = json.loads((FIXTURES/name/'info.json').read_text())
-        d = Path(tempfile.mkdtemp(prefix='ddpsafe-format-'))
+    "(the fixture's checkpoint, the one this code writes at the same stop), written once per stop (the sets share them)"
+    info = info_of(name)
+    key = (info['n_epoch'], info['fit'], *info['stop'])
+    if key not in _written:
+        d = Path(tempfile.mkdtemp(prefix='ddpsafe-format-')); atexit.register(shutil.rmtree, d, ignore_errors=True)
         tc.run(d, info['n_epoch'], '--fit', info['fit'], *info['stop'], '--keep', '1')
-        _written[name] = FIXTURES/name/'checkpoints'/info['checkpoint'], newest_complete(d/'checkpoints')
-    return _written[name]
+        _written[key] = newest_complete(d/'checkpoints')
+    return FIXTURES/name/'checkpoints'/info['checkpoint'], _written[key]
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize('name', SCENARIOS)
@@ -87,9 +107,8 @@ def test_same_format_as_old_checkpoint(name):
 @pytest.mark.parametrize('name', SCENARIOS)
 def test_same_values_as_old_checkpoint(name):
     "...and the same values, bit for bit, where this machine's torch trains as the one that wrote them"
-    info = json.loads((FIXTURES/name/'info.json').read_text())
-    if not tc.same(tc.baseline(info['n_epoch'], '--fit', info['fit'])[0], torch.load(FIXTURES/name/'whole.pt', weights_only=True)):
-        pytest.skip(f"this torch ({torch.__version__}) on this machine trains otherwise than the one that wrote {name} ({info['torch']})")
+    info = info_of(name)
+    if why := trains_otherwise(name, tc.baseline(info['n_epoch'], '--fit', info['fit'])[0]): pytest.skip(why)
     old, new = written(name)
     a, b = read_manifest(old), read_manifest(new)
     assert {k: v for k, v in a.items() if k not in ('time', 'files')} == {k: v for k, v in b.items() if k not in ('time', 'files')}

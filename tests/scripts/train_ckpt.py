@@ -202,8 +202,17 @@ def wait_for(procs, r:int, pattern:str, timeout:float=120, count:int=1) -> bool:
     except WaitTimeout: return False
     return seen()
 
+# The CPU kernels every rank is pinned to, so that the same training gives the same weights, bit for bit, on any x86 CPU
+# (which `tests/test_old_checkpoints.py` needs of checkpoints written on another machine). Unpinned, aten dispatches its
+# vectorized kernels (the loss's and the bias gradient's sums) by the CPU (AVX-512, AVX2, default), and MKL its SGEMM
+# (`Linear` -> addmm/mm) by the CPU too: either changes the last bits of the weights. `ATEN_CPU_CAPABILITY=default`:
+# aten's kernels built for baseline x86-64, on every CPU; `MKL_CBWR=COMPATIBLE`: MKL's conditional numerical
+# reproducibility, one code path on every Intel-compatible CPU (harmless where torch has no MKL); one thread: no
+# result depends on the machine's core count. `old_checkpoints.py` sets the same in its own environment for the old code.
+PINNED_KERNELS = {'ATEN_CPU_CAPABILITY': 'default', 'MKL_CBWR': 'COMPATIBLE', 'OMP_NUM_THREADS': '1'}
+
 def run_env(**extra) -> dict:
-    return {'DDPSAFE_TIMEOUT': '60', 'PYTHONUNBUFFERED': '1', 'PYTHONWARNINGS': 'always::UserWarning', **extra}
+    return {'DDPSAFE_TIMEOUT': '60', 'PYTHONUNBUFFERED': '1', 'PYTHONWARNINGS': 'always::UserWarning', **PINNED_KERNELS, **extra}
 
 def launch(path, n_epoch:int, *args, n:int=2, env=None):
     "Start the script on `n` ranks (`launch_ranks`); the `RankProcs`"
