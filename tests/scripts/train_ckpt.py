@@ -103,14 +103,14 @@ def main(argv=None) -> int:
     if a.stall_shards is not None and r == 1:
         from ddpsafe.commit import temporary_of
         from ddpsafe.manifest import checkpoint_step
-        import ddpsafe.saver
-        write_shards = ddpsafe.saver.write_shards
+        import ddpsafe.sharded
+        write_shards = ddpsafe.sharded.write_shards
         def stalled(state, folder, group=None):
             out = write_shards(state, folder, group)
             if checkpoint_step(temporary_of(folder)[0]) == a.stall_shards:
                 say(f'SHARDS-WRITTEN {a.stall_shards}'); time.sleep(600)
             return out
-        ddpsafe.saver.write_shards = stalled      # what `write_in_shards` calls
+        ddpsafe.sharded.write_shards = stalled      # what `write_in_shards` calls
 
     touches = [(n, int(s)) for n, s in (o.rsplit(':', 1) for o in a.touch)]
     kills = [(getattr(signal, sg), int(rk), int(s)) for sg, rk, s in (o.split(':') for o in a.kill)]
