@@ -22,7 +22,7 @@ background write was in flight), `copy_ms` (a `StateBuffers.copy` of the state i
 CUDA, the floor of any blocking snapshot), `probe_ms` (longest late wake of the probe: over the whole fit, and beside a
 write). Never run on a GPU by its author (2026-11, CPU only): the `--gpu` sizes follow the issue's measurements."""
 from __future__ import annotations
-import os, sys, json, time, argparse, platform, datetime, statistics, tempfile, shutil, contextlib, io
+import gc, os, sys, json, time, argparse, platform, datetime, statistics, tempfile, shutil, contextlib, io
 from pathlib import Path
 import torch
 
@@ -32,6 +32,15 @@ from gil_probe import GILProbe
 from checkpoint_bench import load as machine_load
 
 MODES = ('none', 'async', 'memory', 'sync')
+
+def drop_dir(args:list) -> list:
+    "The command's arguments without `--dir X`: a temporary folder of the machine it ran on"
+    out, skip = [], False
+    for x in args:
+        if skip: skip = False
+        elif x == '--dir': skip = True
+        elif not x.startswith('--dir='): out.append(x)
+    return out
 
 def device_facts(device) -> dict:
     if device.type != 'cuda': return dict(type='cpu', name=platform.processor() or platform.machine(), cpus=os.cpu_count(), threads=torch.get_num_threads())
@@ -47,15 +56,29 @@ class Batches(torch.utils.data.Dataset):
     def __len__(self): return self.n
     def __getitem__(self, i): return self.x, self.y
 
-def learner(width:int, depth:int, batch:int, steps:int, device, folder:Path):
+class Items(torch.utils.data.Dataset):
+    "`n` items, each a row of `x` and of `y` (on the CPU), in turn"
+    def __init__(self, x, y, n:int): self.x, self.y, self.n = x, y, n
+    def __len__(self): return self.n
+    def __getitem__(self, i): return self.x[i % len(self.x)], self.y[i % len(self.y)]
+
+HOST_WORKERS = 4
+
+def learner(width:int, depth:int, batch:int, steps:int, device, folder:Path, host:bool=False):
+    "A `Learner` over plain torch DataLoaders: whole batches already on `device`, or with `host`, rows on the CPU collated by workers and pinned, as users load"
     from fastai.learner import Learner
     from fastai.data.core import DataLoaders
     import fastai.callback.progress   # no_bar, no_logging
     torch.manual_seed(0)
     layers = [m for _ in range(depth) for m in (torch.nn.Linear(width, width), torch.nn.ReLU())][:-1]
     model = torch.nn.Sequential(*layers).to(device)
-    x, y = torch.randn(batch, width, device=device), torch.randn(batch, width, device=device)
-    dl = lambda n: torch.utils.data.DataLoader(Batches(x, y, n), batch_size=None)
+    if host:
+        x, y = torch.randn(4*batch, width), torch.randn(4*batch, width)
+        dl = lambda n: torch.utils.data.DataLoader(Items(x, y, n*batch), batch_size=batch, num_workers=HOST_WORKERS,
+                                                   pin_memory=device.type == 'cuda', persistent_workers=False)
+    else:
+        x, y = torch.randn(batch, width, device=device), torch.randn(batch, width, device=device)
+        dl = lambda n: torch.utils.data.DataLoader(Batches(x, y, n), batch_size=None)
     return Learner(DataLoaders(dl(steps), dl(1), device=device), model, loss_func=torch.nn.MSELoss(), path=folder)
 
 def timer_cb(device, ck):
@@ -76,7 +99,7 @@ def one_fit(mode:str, a, device, probe) -> dict:
     from ddpsafe.snapshot import StateBuffers
     folder = Path(tempfile.mkdtemp(dir=a.dir))
     try:
-        learn = learner(a.width, a.depth, a.batch, a.steps, device, folder)
+        learn = learner(a.width, a.depth, a.batch, a.steps, device, folder, a.host)
         kw = dict(async_=dict(every_steps=a.every, async_save=True), memory=dict(memory_every_steps=a.every), sync=dict(every_steps=a.every)).get(mode.replace('async', 'async_'))
         ck = CheckpointCallback(every_epoch=None, resume=False, **kw) if kw is not None else None
         timer = timer_cb(device, ck)
@@ -96,7 +119,9 @@ def one_fit(mode:str, a, device, probe) -> dict:
                     copy_ms=1e3*copy_s, state_mb=bufs.nbytes/2**20, said=[l for l in out.getvalue().splitlines() if 'waited' in l or 'not saved there' in l],
                     probe_ms=dict(fit=1e3*probe.longest(st[0], st[-1]), beside=1e3*max((probe.longest(s, e) for s, e in spans), default=0.)),
                     load=machine_load())
-    finally: shutil.rmtree(folder, ignore_errors=True)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        gc.collect()   # the fit's CUDA tensors freed here: a DataLoader worker forked later must not free them (CUDA in a fork fails)
 
 def ratios(rep:list) -> dict:
     "Each mode's figures over the median of the same repetition's baselines"
@@ -131,6 +156,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--cpu-smoke', action='store_true', help='tiny sizes, one repetition: checks the code paths and the JSON, not speed')
     p.add_argument('--gpu', action='store_true', help='on cuda:0, the sizes of the issue: 1.7 GB (and 4 GB with --big), 100 steps, a save every 25')
+    p.add_argument('--host', action='store_true', help=f'batches from the CPU: rows collated by {HOST_WORKERS} DataLoader workers, pinned on CUDA (default: whole batches already on the device)')
     p.add_argument('--big', action='store_true', help='with --gpu: also the 4 GB state (20 layers 4096 wide, batch 1024)')
     for k in ('width', 'depth', 'batch', 'steps', 'every', 'reps'): p.add_argument(f'--{k}', type=int, default=None)
     p.add_argument('--baselines', type=int, default=2, help='fits without the callback per repetition (default 2: their spread is noise)')
@@ -145,11 +171,11 @@ def main(argv=None):
         if getattr(a, k) is None: setattr(a, k, v)
     device = torch.device('cuda:0' if a.gpu else 'cpu')
     if device.type == 'cpu': torch.set_num_threads(a.threads)
-    out = Path(a.out or HERE/'results'/f'fit_{"gpu" if a.gpu else "cpu"}.json')
+    out = Path(a.out or HERE/'results'/f'fit_{"gpu" if a.gpu else "cpu"}{"_host" if a.host else ""}.json')
     sizes = [(a.width, a.depth, a.batch)] + ([(4096, 20, 1024)] if a.gpu and a.big else [])
     modes = ['none']*a.baselines + a.modes.split(',')
-    res = dict(date=datetime.datetime.now().isoformat(timespec='seconds'), command=' '.join(['bench/fit_bench.py'] + (argv or sys.argv[1:])),
-               cpu_smoke=a.cpu_smoke, device=device_facts(device), torch=torch.__version__, steps=a.steps, every=a.every, sizes=[], skipped=[])
+    res = dict(date=datetime.datetime.now().isoformat(timespec='seconds'), command=' '.join(['bench/fit_bench.py'] + drop_dir(argv or sys.argv[1:])),
+               cpu_smoke=a.cpu_smoke, host=a.host, device=device_facts(device), torch=torch.__version__, steps=a.steps, every=a.every, sizes=[], skipped=[])
     began = time.monotonic()
     with GILProbe() as probe:
         for width, depth, batch in sizes:

@@ -181,9 +181,10 @@ def settle(self:MemoryTier):
 
 @patch
 def close(self:MemoryTier):
-    "Wait for the write in flight (a crash's newest memory checkpoint, for the restart) and end the writer's thread"
+    "Wait for the write in flight (a crash's newest memory checkpoint, for the restart), end the writer's thread, free the buffers"
     if (err := self.writer.close()) is not None:
         warnings.warn(f'ddpsafe: the memory tier {self.folder} could not be written ({err}); its earlier checkpoints are unchanged')
+    self.buffers.clear()
 
 # %% ../nbs/07g_memory.ipynb #7a000011
 @patch

@@ -53,6 +53,10 @@ class StateBuffers:
     @property
     def nbytes(self) -> int: return sum(b.numel()*b.element_size() for b in self.bufs.values())
 
+    def clear(self):
+        "Free the buffers now, in this process: a fit's pinned memory is never garbage that a DataLoader worker forked later collects (CUDA fails in a fork)"
+        self.bufs.clear()
+
 # %% ../nbs/07_snapshot.ipynb #f91d9cf1
 def lower_priority(nice:int=19): # The niceness to take: 19 is the lowest priority
     "Give the calling thread a lower CPU priority, where threads have their own (Linux)"
