@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/io.html.md"""
 
 # %% ../nbs/02_io.ipynb #14577651
 from __future__ import annotations
-import os, io, errno, shutil, contextlib, warnings
+import os, io, json, errno, struct, shutil, contextlib, warnings
 from pathlib import Path
 import torch, xxhash
 import safetensors.torch as st
@@ -21,15 +21,47 @@ __all__ = ['safetensors_writer', 'torch_writer', 'writer_for', 'checkpoint_write
            'fsync_path', 'errno_of', 'commit_file', 'FileWriter']
 
 # %% ../nbs/02_io.ipynb #e6fb9891
-def _safetensors_writer(obj):
-    "A path writer of `obj` as safetensors, streamed"
-    if isinstance(obj, torch.nn.Module): return lambda p: st.save_model(obj, str(p))
-    tensors = {k: v.detach().contiguous() for k,v in obj.items()}
-    return lambda p: st.save_file(tensors, str(p))
+_ST_ORDER = 'BOOL F4 F6_E2M3 F6_E3M2 U8 I8 F8_E5M2 F8_E4M3 F8_E8M0 I16 U16 F16 BF16 I32 U32 F32 C64 F64 I64 U64'.split()   # safetensors' Dtype
+_ST_NAMES = {getattr(torch, t): n for t, n in [('float64', 'F64'), ('float32', 'F32'), ('float16', 'F16'), ('bfloat16', 'BF16'), ('int64', 'I64'),
+             ('int32', 'I32'), ('int16', 'I16'), ('int8', 'I8'), ('uint8', 'U8'), ('bool', 'BOOL'), ('float8_e4m3fn', 'F8_E4M3'),
+             ('float8_e5m2', 'F8_E5M2'), ('complex64', 'C64'), ('uint16', 'U16'), ('uint32', 'U32'), ('uint64', 'U64')] if hasattr(torch, t)}
 
-def safetensors_writer(tensors:dict) -> FileWriter:
-    "A `FileWriter` of `tensors` as safetensors"
-    return FileWriter(lambda f: f.write(st.save({k: v.detach().contiguous() for k,v in tensors.items()})))
+def _overlapping(tensors:dict) -> list:
+    "Names of tensors whose memory overlaps another's (safetensors refuses them: they would load as two)"
+    def span(t): return t.data_ptr(), t.data_ptr() + (1 + sum((s-1)*st_ for s, st_ in zip(t.shape, t.stride())))*t.element_size()
+    spans, out, end, last = sorted((*span(t), k) for k, t in tensors.items() if t.numel()), set(), -1, None
+    for b, e, k in spans:
+        if b < end: out |= {last, k}
+        if e > end: end, last = e, k
+    return sorted(out)
+
+def _safetensors_header(tensors:dict, metadata:dict|None=None) -> tuple:
+    "The header of `tensors` as safetensors (wider dtypes first, then by name, as safetensors orders them) and the tensors in that order"
+    if bad := [f'{k} ({t.dtype})' for k, t in tensors.items() if t.dtype not in _ST_NAMES]: raise ValueError(f'safetensors cannot hold {", ".join(bad)}')
+    if shared := _overlapping(tensors): raise RuntimeError(f'tensors {shared} share memory: save them once (a model through `save_model`)')
+    rank = lambda k: (-tensors[k].element_size(), -_ST_ORDER.index(_ST_NAMES[tensors[k].dtype]), k)
+    head, at, order = ({'__metadata__': metadata} if metadata else {}), 0, sorted(tensors, key=rank)
+    for k in order:
+        t = tensors[k]; n = t.numel()*t.element_size()
+        head[k] = dict(dtype=_ST_NAMES[t.dtype], shape=list(t.shape), data_offsets=[at, at + n]); at += n
+    h = json.dumps(head, separators=(',', ':')).encode()
+    h += b' '*(-len(h) % 8)                              # the data starts 8-byte aligned
+    return struct.pack('<Q', len(h)) + h, [tensors[k] for k in order]
+
+def safetensors_writer(tensors:dict, # Name -> tensor, on any device
+                       metadata:dict|None=None # Text only, stored in the header
+                      ) -> FileWriter:
+    "A `FileWriter` of `tensors` as safetensors, a tensor at a time: `safetensors.torch.save`'s bytes, never the whole file in memory"
+    def write(f):
+        head, order = _safetensors_header({k: v.detach() for k, v in tensors.items()}, metadata)
+        f.write(head)
+        for t in order:
+            if t.numel(): f.write(memoryview(t.contiguous().reshape(-1).view(torch.uint8).cpu().numpy()))
+    return FileWriter(write)
+
+def _safetensors_writer(obj):
+    "A writer of `obj` as safetensors: a module through `save_model` (tied weights once), a dict streamed"
+    return (lambda p: st.save_model(obj, str(p))) if isinstance(obj, torch.nn.Module) else safetensors_writer(obj)
 
 def _zip_crc(on:bool):
     "A context where `torch.save` computes its zip CRC-32s, or not"
