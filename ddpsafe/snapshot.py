@@ -28,18 +28,39 @@ def map_tensors(f, tree, path=()):
     return tree
 
 # %% ../nbs/07_snapshot.ipynb #ae5e3ec9
+def _local(t:torch.Tensor) -> torch.Tensor: return t.to_local() if is_dtensor(t) else t   # a sharded tensor: this rank's piece
+
+def _host_buffer(shape, dtype, pinned:bool, touch:bool=False) -> torch.Tensor:
+    "Host memory for a tensor: pinned for a CUDA one; with `touch`, its pages faulted in now rather than at the first copy"
+    b = torch.empty(shape, dtype=dtype, pin_memory=pinned)
+    return b.zero_() if touch and not pinned else b   # pinning already faults every page in
+
 class StateBuffers:
     "Reusable CPU buffers for a state's tensors"
-    def __init__(self): self.bufs = {}
+    def __init__(self): self.bufs, self.spare, self.reserving = {}, {}, None
 
     def _buffer(self, t:torch.Tensor, path:tuple) -> torch.Tensor:
         b = self.bufs.get(path)
         if b is None or b.shape != t.shape or b.dtype != t.dtype:
-            b = self.bufs[path] = torch.empty(t.shape, dtype=t.dtype, pin_memory=t.is_cuda)
+            spare = self.spare.get((t.shape, t.dtype, t.is_cuda))
+            b = self.bufs[path] = spare.pop() if spare else _host_buffer(t.shape, t.dtype, t.is_cuda)
         return b
+
+    def reserve(self, tensors):
+        "Allocate buffers shaped like `tensors` on a thread of its own: the first `copy` takes them instead of allocating while training waits"
+        like = [(t.shape, t.dtype, t.is_cuda) for t in map(_local, tensors)]    # read now: the tensors go on changing
+        def allocate():
+            for k in like: self.spare.setdefault(k, []).append(_host_buffer(*k, touch=True))
+        self.reserving = threading.Thread(target=allocate, name='ddpsafe-reserve', daemon=True)
+        self.reserving.start()
+
+    def _reserved(self):
+        "Wait for a reservation in flight"
+        if self.reserving is not None: self.reserving.join(); self.reserving = None
 
     def copy(self, state) -> object:
         "`state` with its tensors copied into these buffers"
+        self._reserved()
         cuda = []
         def cp(t, path):
             if is_dtensor(t): return type(t)(cp(t.to_local(), path), t._spec, requires_grad=False)   # this rank's piece, as a DTensor
@@ -48,6 +69,7 @@ class StateBuffers:
             return b
         res = map_tensors(cp, state)
         for dev in set(cuda): torch.cuda.synchronize(dev)   # non-blocking copies must land before anyone reads
+        self.spare.clear()                                  # what the state did not take
         return res
 
     @property
@@ -55,7 +77,7 @@ class StateBuffers:
 
     def clear(self):
         "Free the buffers now, in this process: a fit's pinned memory is never garbage that a DataLoader worker forked later collects (CUDA fails in a fork)"
-        self.bufs.clear()
+        self._reserved(); self.bufs.clear(); self.spare.clear()
 
 # %% ../nbs/07_snapshot.ipynb #f91d9cf1
 def lower_priority(nice:int=19): # The niceness to take: 19 is the lowest priority
