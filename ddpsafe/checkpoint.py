@@ -18,6 +18,8 @@ from .callbacks import TrainingCallback, at_fit_end
 from .parts import *
 import ddpsafe.text   # its part (a model's hidden state) and its split of a language model's texts, whatever else is imported
 from .shards import *
+from .commit import storage_for
+from .memory import fit_memory_tier
 from .saver import *   # how a checkpoint is written and kept
 from .interval import *   # when a timed save is due
 from .resume import *   # what a resume stands on: `from ddpsafe.checkpoint import run_state` still works
@@ -72,8 +74,10 @@ def before_fit(self:CheckpointCallback):
     self.fit_dls = self.learn.dls
     at_fit_end(self.learn, self._close)
     say = partial(_say_once, run)
-    self.saver = fit_saver(self.path, self.learn.path, self.model, self.keep, self.comp, self.async_save, self.local, self.storage_options,
-                           self.memory_every_steps, self.memory_path, self.memory_keep, say)   # how this fit writes and keeps, chosen once
+    folder = storage_for(self.path, self.storage_options).resolve(self.path, self.learn.path)   # a URL: a `UPath`, its options in it
+    memory = fit_memory_tier(self.memory_every_steps, folder, self.memory_path, self.learn.path, self.memory_keep)
+    self.saver = fit_saver(folder, self.model, local=self.learn.path/self.local if self.local else None, memory=memory,
+                           keep=self.keep, comp=self.comp, async_save=self.async_save, say=say)   # how this fit writes and keeps, chosen once
     position, run.fits = PositionState(self.learn, run.fits, run.steps), run.fits + 1   # where the loops are, and the step counters
     self.parts = TrainingState(self.learn, self.extra, header=[position, SetupState(setup_signature(self.learn))])   # and the run's facts
     say(late_callbacks_note(self.parts, self.order)); say(loader_note(self.dls.train))
