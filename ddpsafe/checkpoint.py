@@ -82,8 +82,8 @@ def before_fit(self:CheckpointCallback):
     self.parts = TrainingState(self.learn, self.extra, header=[position, SetupState(setup_signature(self.learn))])   # and the run's facts
     say(late_callbacks_note(self.parts, self.order)); say(loader_note(self.dls.train))
     self.stopped_by, self.ran_epoch = None, False
-    self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(_NOT_ASKED), False, False, False
-    started, self.saved_stop = time.monotonic(), False
+    self.epoch_due, self.pending_grads, self.stepped = False, False, False
+    started = time.monotonic()
     self.stops = StopRequests(self.signals, self.saver.root, self.save_switch, self.stop_switch, self.poll_seconds).install()
     if run.fits_left and run.stopped: raise CancelFitException()   # a stop request ended an earlier fit of this `fine_tune`: the rest waits for the resume
     if self.resume is not False and self.resume is not None: self._resume()
@@ -175,11 +175,11 @@ CheckpointCallback.memory = property(lambda self: None if (m := getattr(self.sav
 def after_batch(self:CheckpointCallback):
     "Poll the requests; save and stop at optimizer steps"
     if not self.training: return
-    self.asked = {k: v or self.asked[k] for k, v in self.stops.poll(timer=self.timer.ask()).items()}
+    self.stops.gather(timer=self.timer.ask())   # kept until an optimizer step
     self.pending_grads = not self.stepped
     if not self.stepped: return          # inside an accumulation window: wait for its optimizer step
     self.progress.fit_steps += 1
-    asked, self.asked = self.asked, dict(_NOT_ASKED)
+    asked = self.stops.take()
     if reason := self.save_reason(asked, self.progress.fit_steps):
         self.save(reason, stop=asked['stop'])
         self.epoch_due = False
@@ -220,7 +220,7 @@ def save(self:CheckpointCallback,
         ) -> bool:
     "Save this step boundary; `False` if already saved"
     pos = self.position()
-    if (pos['global_step'], pos['epoch_done']) == self.progress.saved and not (stop and not self.saved_stop): return False   # a late stop saves its step again: the manifest must say it
+    if (pos['global_step'], pos['epoch_done']) == self.progress.saved and not (stop and not self.progress.saved_stop): return False   # a late stop saves its step again: the manifest must say it
     began = time.monotonic()   # what training waits for, from here: `every_seconds='auto'` weighs it
     tier = to or self.saver
     if not tier.ready(pos['global_step']): return False   # the disk waits for its write in flight (said); the memory tier skips, nothing collected
@@ -229,7 +229,7 @@ def save(self:CheckpointCallback,
     with step_lock(self.learn): files, meta['parts'], shards = self.parts.to_files(self.saver.sharded)   # every rank, one step boundary
     tier.save(pos['global_step'], files, meta, shards)     # written as this fit chose: now or in the background, whole or in shards
     if tier is not self.saver: return True
-    self.progress.saved, self.saved_stop = (pos['global_step'], pos['epoch_done']), stop
+    self.progress.saved, self.progress.saved_stop = (pos['global_step'], pos['epoch_done']), stop
     self.timer.saved(time.monotonic() - began, self.saver.write_seconds)
     return True
 
