@@ -6,25 +6,32 @@ Docs: https://ddpsafe.github.io/ddpsafe/checkpoint.html.md"""
 
 # %% ../nbs/08_checkpoint.ipynb #b489a2a4
 from __future__ import annotations
-import gc, time, atexit, signal
+import gc, time, atexit, signal, threading, weakref, warnings
 from functools import partial
 import numpy as np
 from fastcore.basics import patch, store_attr
-from fastai.callback.core import CancelFitException
+from fastai.learner import Learner
+from fastai.callback.core import CancelFitException, CancelEpochException, CancelStepException, CancelBackwardException
 from .core import *
+from .patching import fastai_stock, patch_fastai, once_a_process   # fastai's loops, patched here
 from .preempt import StopRequests, REQUEUE_EXIT_CODE, POLL_SECONDS
 import ddpsafe.fsdp   # learn.fsdp_ctx
 from .callbacks import TrainingCallback, at_fit_end
 from .parts import *
 import ddpsafe.text   # its part (a model's hidden state) and its split of a language model's texts, whatever else is imported
 from .shards import *
+from .snapshot import StateBuffers
+from .sharded import full_optimizer_state
+from .commit import storage_for
+from .memory import fit_memory_tier
 from .saver import *   # how a checkpoint is written and kept
 from .interval import *   # when a timed save is due
-from .resume import *   # what a resume stands on: `from ddpsafe.checkpoint import run_state` still works
+from .resume import *   # what a resume stands on: what a checkpoint must match, which one it takes, how it is loaded
 from .resume import _name
 
 # %% auto #0
-__all__ = ['CheckpointCallback', 'exit_quickly']
+__all__ = ['CheckpointCallback', 'step_lock', 'RunState', 'run_state', 'arm_resume', 'exit_quickly', 'resume_checkpoint',
+           'resume_message', 'world_change_message', 'resume_from']
 
 # %% ../nbs/08_checkpoint.ipynb #627689aa
 _CHANGES = ('model', 'optimizer', 'fit', 'parts')
@@ -64,6 +71,105 @@ class CheckpointCallback(TrainingCallback):
         for name, o in (extra or {}).items(): UserState(name, o)     # refuse an object without state now, not at the first save
         self.stops = self.saver = self.parts = self.fit_dls = self.ended = None
 
+# %% ../nbs/08_checkpoint.ipynb #9f2b6736
+_locks = once_a_process('step_locks', weakref.WeakKeyDictionary)   # one per process, however often this runs
+_locks_guard = threading.Lock()
+
+def step_lock(learn:Learner) -> threading.RLock:
+    "The lock around `learn`'s optimizer step"
+    with _locks_guard:
+        if learn not in _locks: _locks[learn] = threading.RLock()
+        return _locks[learn]
+
+@patch_fastai('fastai.learner', 'Learner._do_grad_opt')
+def learner_do_grad_opt(self):
+    "fastai's backward and step, the step under `step_lock`"
+    self._with_events(self._backward, 'backward', CancelBackwardException)
+    with step_lock(self): self._with_events(self._step, 'step', CancelStepException)
+    self.opt.zero_grad()
+
+# %% ../nbs/08_checkpoint.ipynb #b51fe820
+@patch_fastai('fastai.learner', 'Learner.snapshot')
+def learner_snapshot(self,
+                     buffers:StateBuffers|None=None # Buffers to refill; new ones when `None`
+                    ) -> dict:
+    "A CPU copy of the model and optimizer at one step boundary (collective for a sharded model)"
+    with step_lock(self):
+        state = dict(model=model_weights(self.model), opt=full_optimizer_state(self.opt.state_dict()) if self.opt is not None else None)
+        return (buffers or StateBuffers()).copy(state)
+
+# %% ../nbs/08_checkpoint.ipynb #b682e5bd
+class RunState:
+    "What a checkpointed run carries between fits"
+    def __init__(self):
+        self.fits,self.steps = 0,0            # fits begun, optimizer steps done, over the script's fits
+        self.fits_left,self.stopped = 0,False # fits still to come in this `fine_tune`; a stop request ended one of them
+        self.start_epoch,self.skip = 0,None   # a resume's first epoch; (batches done, how many of them to draw and drop, what to do at the resume point)
+        self.at_start = None                  # what to do as a resume's first epoch is about to begin (a checkpoint at an epoch's end)
+        self.said = set()                     # what rank 0 said once for this learner
+
+_runs = once_a_process('runs', weakref.WeakKeyDictionary)   # shared by every copy of the patches below
+
+def run_state(learn:Learner) -> RunState:
+    "`learn`'s `RunState`, kept beside the learner"
+    if learn not in _runs: _runs[learn] = RunState()
+    return _runs[learn]
+
+# %% ../nbs/08_checkpoint.ipynb #729c0233
+@patch_fastai('fastai.callback.schedule', 'Learner.fine_tune')
+def learner_fine_tune(self, epochs, base_lr=2e-3, freeze_epochs=1, lr_mult=100, pct_start=0.3, div=5.0, **kwargs):
+    "fastai's `fine_tune`, stopped whole by a stop request"
+    run = run_state(self)
+    run.fits_left, run.stopped = 2, False
+    try: return fastai_stock['Learner.fine_tune'](self, epochs, base_lr=base_lr, freeze_epochs=freeze_epochs, lr_mult=lr_mult,
+                                                  pct_start=pct_start, div=div, **kwargs)
+    finally: run.fits_left = 0
+
+# %% ../nbs/08_checkpoint.ipynb #15a777e8
+@patch_fastai('fastai.learner', 'Learner._do_fit')
+def learner_do_fit(self):
+    "fastai's epoch loop, from a resume's epoch"
+    run = run_state(self)
+    start, run.start_epoch = run.start_epoch, 0
+    if start and (bar := getattr(getattr(self, 'progress', None), 'mbar', None)): bar.update(0)  # fastprogress must start at 0
+    at_start, run.at_start = run.at_start, None
+    if at_start: at_start()                      # the resume point of a checkpoint at an epoch's end
+    for epoch in range(start, self.n_epoch):
+        self.epoch = epoch
+        self._with_events(self._do_epoch, 'epoch', CancelEpochException)
+
+@patch_fastai('fastai.learner', 'Learner.all_batches')
+def learner_all_batches(self):
+    "fastai's batch loop, from a resume's batch"
+    self.n_iter = len(self.dl)
+    run = run_state(self)
+    (done, drop, at_resume_point), run.skip = (run.skip or (0, 0, None)), None
+    batches = enumerate(self.dl, done-drop)      # the loader's iterator starts here
+    if done and not drop: at_resume_point()      # a loader that resumed by itself
+    for i, b in batches:
+        if i < done:
+            if i == done-1: at_resume_point()
+            continue
+        self.one_batch(i, b)
+
+# %% ../nbs/08_checkpoint.ipynb #4667f01f
+def arm_resume(learn:Learner,       # The learner whose `fit` begins
+               parts,               # The registry (`TrainingState`): its parts get `at_resume_point` right before the resumed batch
+               state:dict,          # The checkpoint's position (`PositionState.resumed`)
+               same_fit:bool=True): # Is this fit the checkpoint's? Else the schedule goes on at the same fraction of the fit
+    "Arm fastai's loops to go on from the position `state`"
+    learn.train_iter = state['train_iter']
+    run = run_state(learn)
+    if state['epoch_done']: run.start_epoch, run.at_start = state['epoch'] + 1, lambda: parts.event('at_resume_point'); return
+    n_iter = len(learn.dls.train)   # a changed fit or epoch length: where the same batch falls in its schedule
+    exact = same_fit and state.get('train_batches', n_iter) == n_iter
+    pct = state['pct_train'] if exact else (state['epoch'] + state['iter']/n_iter) / learn.n_epoch
+    def at_resume_point():
+        learn.pct_train, learn.train_iter = pct, state['train_iter']
+        parts.event('at_resume_point')
+    drop = 0 if any(getattr(p, 'resumes_itself', False) for p in parts) else state['iter']
+    run.start_epoch, run.skip = state['epoch'], (state['iter'], drop, at_resume_point)
+
 # %% ../nbs/08_checkpoint.ipynb #b8364e91
 @patch
 def before_fit(self:CheckpointCallback):
@@ -72,14 +178,16 @@ def before_fit(self:CheckpointCallback):
     self.fit_dls = self.learn.dls
     at_fit_end(self.learn, self._close)
     say = partial(_say_once, run)
-    self.saver = fit_saver(self.path, self.learn.path, self.model, self.keep, self.comp, self.async_save, self.local, self.storage_options,
-                           self.memory_every_steps, self.memory_path, self.memory_keep, say)   # how this fit writes and keeps, chosen once
+    folder = storage_for(self.path, self.storage_options).resolve(self.path, self.learn.path)   # a URL: a `UPath`, its options in it
+    memory = fit_memory_tier(self.memory_every_steps, folder, self.memory_path, self.learn.path, self.memory_keep)
+    self.saver = fit_saver(folder, self.model, local=self.learn.path/self.local if self.local else None, memory=memory,
+                           keep=self.keep, comp=self.comp, async_save=self.async_save, say=say)   # how this fit writes and keeps, chosen once
     position, run.fits = PositionState(self.learn, run.fits, run.steps), run.fits + 1   # where the loops are, and the step counters
     self.parts = TrainingState(self.learn, self.extra, header=[position, SetupState(setup_signature(self.learn))])   # and the run's facts
     say(late_callbacks_note(self.parts, self.order)); say(loader_note(self.dls.train))
     self.stopped_by, self.ran_epoch = None, False
-    self.asked, self.epoch_due, self.pending_grads, self.stepped = dict(_NOT_ASKED), False, False, False
-    started, self.saved_stop = time.monotonic(), False
+    self.epoch_due, self.pending_grads, self.stepped = False, False, False
+    started = time.monotonic()
     self.stops = StopRequests(self.signals, self.saver.root, self.save_switch, self.stop_switch, self.poll_seconds).install()
     if run.fits_left and run.stopped: raise CancelFitException()   # a stop request ended an earlier fit of this `fine_tune`: the rest waits for the resume
     if self.resume is not False and self.resume is not None: self._resume()
@@ -171,11 +279,11 @@ CheckpointCallback.memory = property(lambda self: None if (m := getattr(self.sav
 def after_batch(self:CheckpointCallback):
     "Poll the requests; save and stop at optimizer steps"
     if not self.training: return
-    self.asked = {k: v or self.asked[k] for k, v in self.stops.poll(timer=self.timer.ask()).items()}
+    self.stops.gather(timer=self.timer.ask())   # kept until an optimizer step
     self.pending_grads = not self.stepped
     if not self.stepped: return          # inside an accumulation window: wait for its optimizer step
     self.progress.fit_steps += 1
-    asked, self.asked = self.asked, dict(_NOT_ASKED)
+    asked = self.stops.take()
     if reason := self.save_reason(asked, self.progress.fit_steps):
         self.save(reason, stop=asked['stop'])
         self.epoch_due = False
@@ -216,7 +324,7 @@ def save(self:CheckpointCallback,
         ) -> bool:
     "Save this step boundary; `False` if already saved"
     pos = self.position()
-    if (pos['global_step'], pos['epoch_done']) == self.progress.saved and not (stop and not self.saved_stop): return False   # a late stop saves its step again: the manifest must say it
+    if (pos['global_step'], pos['epoch_done']) == self.progress.saved and not (stop and not self.progress.saved_stop): return False   # a late stop saves its step again: the manifest must say it
     began = time.monotonic()   # what training waits for, from here: `every_seconds='auto'` weighs it
     tier = to or self.saver
     if not tier.ready(pos['global_step']): return False   # the disk waits for its write in flight (said); the memory tier skips, nothing collected
@@ -225,9 +333,57 @@ def save(self:CheckpointCallback,
     with step_lock(self.learn): files, meta['parts'], shards = self.parts.to_files(self.saver.sharded)   # every rank, one step boundary
     tier.save(pos['global_step'], files, meta, shards)     # written as this fit chose: now or in the background, whole or in shards
     if tier is not self.saver: return True
-    self.progress.saved, self.saved_stop = (pos['global_step'], pos['epoch_done']), stop
+    self.progress.saved, self.progress.saved_stop = (pos['global_step'], pos['epoch_done']), stop
     self.timer.saved(time.monotonic() - began, self.saver.write_seconds)
     return True
+
+# %% ../nbs/08_checkpoint.ipynb #ba157142
+def resume_checkpoint(saver,       # The fit's `Saver` ([saver](saver.html)): its folders and its memory tier are where a resume looks
+                      resume=True, # True: the newest complete checkpoint among them; a step or a checkpoint folder: that one (`chosen_checkpoint`)
+                      base=None    # The folder a relative `resume` is relative to
+                     ) -> tuple:
+    "The checkpoint a fit resumes from and its manifest, or `(None, None)`: rank 0's choice, on every rank; collective"
+    memory = saver.memory and saver.memory.settle()   # its write in flight done first; `None` once it failed
+    roots = list(filter(None, (saver.root, saver.far, memory and memory.folder)))   # the memory tier last: a tie goes to the disk's
+    ck, man, skipped = on_main(choose_checkpoint, *roots) if resume is True else on_main(chosen_checkpoint, resume, roots, base)
+    for p, why in skipped: warnings.warn(f'ddpsafe: skipping checkpoint {p}: {"; ".join(why)}')
+    if memory is not None and is_main() and (note := memory.resume_note(ck, skipped)): print(note)
+    if ck is not None: saver.catch_up(ck)     # a local checkpoint that `path` lacks: uploaded
+    return ck, man
+
+# %% ../nbs/08_checkpoint.ipynb #8c000002
+def resume_message(ck:Path, state:dict, n_epoch:int, n_batches:int) -> str:
+    "What a resume from `ck` did, in words"
+    if state['epoch_done'] and state['epoch']+1 >= n_epoch:
+        return (f'ddpsafe: this fit already finished in {ck} (step {state["global_step"]}): loaded its weights, nothing left to train. '
+                'To train again from the start, use another `path` or `resume=False`')
+    where = (f'the end of epoch {state["epoch"]}' if state['epoch_done'] else
+             f'epoch {state["epoch"]}, after training batch {state["iter"]} of {n_batches}')
+    return f'ddpsafe: resumed from {ck} at {where} (step {state["global_step"]})'
+
+def world_change_message(ck, state:dict, now:int|None=None) -> str:
+    "What a resume on `now` ranks (default: this run's) changes, in words"
+    a, b = state['world_size'], now or world()
+    new = '' if b <= a else f', and rank {a} draws' if b == a+1 else f', and ranks {a} to {b-1} draw'
+    return (f'ddpsafe: {ck} was saved by {a} ranks and this run has {b}: the weights, optimizer state and schedule go on exactly; '
+            f"a step now takes the batches of {b} rank{'s'*(b != 1)} instead of {a}, and the epochs' order is split anew over them"
+            + (f'{new} from random streams derived from the saved ones' if new else ''))
+
+# %% ../nbs/08_checkpoint.ipynb #d34ed2b5
+def resume_from(learn:Learner,     # The learner whose `fit` begins
+                ck:Path,           # The checkpoint a resume chose (`resume_checkpoint`)
+                man:dict,          # Its manifest
+                parts,             # The fit's registry (`TrainingState`)
+                accept_changes=(), # What may differ on purpose: any of 'model', 'optimizer', 'fit', 'parts'
+                index=None         # Its shard index (`shard_index`) when it is in shards
+               ) -> dict:
+    "Load `ck` into `parts` and arm `learn`'s loops to go on from it; rank 0 says where: the position resumed at; collective"
+    state, changed = restore(ck, man, parts, len(learn.dls.train), accept_changes, index)
+    at = parts['position'].resumed
+    arm_resume(learn, parts, at, same_fit='fit' not in changed)
+    if is_main(): print(resume_message(ck, state, learn.n_epoch, len(learn.dls.train)))
+    if is_main() and state['world_size'] != world(): print(world_change_message(ck, state))
+    return at
 
 # %% ../nbs/08_checkpoint.ipynb #f0683fc8
 @patch
@@ -236,5 +392,5 @@ def _resume(self:CheckpointCallback):
     ck, man = resume_checkpoint(self.saver, self.resume, self.learn.path)   # in the saver's folders, the memory tier's too
     if ck is None or man.get('fit', 0) < self.progress.fit_idx: return   # nothing saved yet, or by an earlier fit of this `fine_tune`
     if man.get('fit', 0) > self.progress.fit_idx: raise CancelFitException()   # a later fit of this `fine_tune` saved it: this one was over
-    at = resume_from(self.learn, ck, man, self.parts, self.accept_changes, shard_index(ck, man))   # the loops go on from there ([resume](resume.html))
+    at = resume_from(self.learn, ck, man, self.parts, self.accept_changes, shard_index(ck, man))   # the loops go on from there
     self.progress.go_on_from(at)

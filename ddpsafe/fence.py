@@ -17,11 +17,11 @@ CHECKED = dict(fastai=FASTAI_CHECKED, torch='2.13.0', torchdata='0.11.0')   # ea
 
 FENCE = [  # (module, name, how ddpsafe replaces it or 'relied on' (how it works is assumed), where, sha256[:12] of the library's source; None: it has none)
     ('fastai.learner', 'Learner.fit', 'wrapped', 'callbacks', 'ea3d749b5657'),
-    ('fastai.learner', 'Learner._do_fit', 'copied', 'resume', '66298c9485be'),
-    ('fastai.learner', 'Learner.all_batches', 'copied', 'resume', '1fba83b3b27a'),
-    ('fastai.learner', 'Learner._do_grad_opt', 'copied', 'resume', '79c9df44f987'),
+    ('fastai.learner', 'Learner._do_fit', 'copied', 'checkpoint', '66298c9485be'),
+    ('fastai.learner', 'Learner.all_batches', 'copied', 'checkpoint', '1fba83b3b27a'),
+    ('fastai.learner', 'Learner._do_grad_opt', 'copied', 'checkpoint', '79c9df44f987'),
     ('fastai.learner', 'Learner.one_batch', 'wrapped', 'callbacks', '71d20535da7a'),   # counts the batches a heartbeat reports
-    ('fastai.learner', 'Learner.snapshot', 'added', 'resume', None),
+    ('fastai.learner', 'Learner.snapshot', 'added', 'checkpoint', None),
     ('fastai.learner', 'Learner.fsdp_ctx', 'added', 'fsdp', None),
     ('fastai.data.core', 'DataLoaders.save', 'added', 'learner', None),
     ('fastai.callback.tracker', 'TrackerCallback.__call__', 'added', 'callbacks', None),
@@ -35,7 +35,7 @@ FENCE = [  # (module, name, how ddpsafe replaces it or 'relied on' (how it works
     ('fastai.learner', 'load_learner', 'wrapped', 'learner', 'b6faa6902694'),
     ('fastai.callback.core', 'Callback.__call__', 'wrapped', 'callbacks', '21c4f9a3e2a8'),
     ('fastai.callback.core', 'GatherPredsCallback.after_batch', 'copied', 'callbacks', 'af1082e7139e'),
-    ('fastai.callback.schedule', 'Learner.fine_tune', 'wrapped', 'resume', '13b633020bff'),
+    ('fastai.callback.schedule', 'Learner.fine_tune', 'wrapped', 'checkpoint', '13b633020bff'),
     ('fastai.callback.schedule', 'LRFinder.before_fit', 'copied', 'callbacks', 'd92cb84fdd57'),
     ('fastai.callback.schedule', 'LRFinder.after_batch', 'copied', 'callbacks', '3eb6e3c9a891'),
     ('fastai.callback.schedule', 'LRFinder.after_fit', 'copied', 'callbacks', '987999e53fa7'),

@@ -70,15 +70,10 @@ def fit_memory_tier(every_steps:int|None, # `memory_every_steps`; `None`: no tie
                     root,                 # The run's checkpoints folder (or URL): `memory_folder` names the tier's from it
                     memory_path=None,     # A folder you name; `None`: one of this run's own in /dev/shm
                     base=None,            # What a relative `memory_path` is relative to (`learn.path`)
-                    keep:int=2,           # How many of the newest to keep
-                    sharded:bool=False    # Does the fit save its model in shards?
+                    keep:int=2            # How many of the newest to keep
                    ) -> MemoryTier|None:
-    "A fit's `MemoryTier`, or `None`: none asked for, or a model saved in shards, which the tier does not hold (rank 0 says so)"
-    if not every_steps: return None
-    if sharded:
-        if is_main(): print('ddpsafe: memory_every_steps: this fit saves its sharded model in shards, which the memory tier does not hold: no memory tier')
-        return None
-    return MemoryTier(memory_folder(root, memory_path, base), every_steps, keep)
+    "A fit's `MemoryTier`, or `None` when none is asked for"
+    return MemoryTier(memory_folder(root, memory_path, base), every_steps, keep) if every_steps else None
 
 # %% ../nbs/07g_memory.ipynb #7a00000c
 _said = set()   # the tiers rank 0 has described, in this process
@@ -185,6 +180,15 @@ def close(self:MemoryTier):
     if (err := self.writer.close()) is not None:
         warnings.warn(f'ddpsafe: the memory tier {self.folder} could not be written ({err}); its earlier checkpoints are unchanged')
     self.buffers.clear()
+
+# %% ../nbs/07g_memory.ipynb #7a0000d2
+@patch
+def decline(self:MemoryTier, why:str # Why the fit has no memory tier, in words
+           ) -> None:
+    "Close the tier unused, its folder removed if this launch made it; rank 0 says `why`; `None`, the fit's tier"
+    self.close()
+    if not self.found: on_main(self.clear)
+    if is_main(): print(f'ddpsafe: memory_every_steps: {why}: no memory tier')
 
 # %% ../nbs/07g_memory.ipynb #7a000011
 @patch

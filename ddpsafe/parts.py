@@ -310,7 +310,7 @@ class PositionState(Part):
                  fit_idx:int=0,       # This fit's index in the run (`fine_tune` runs two fits)
                  steps_before:int=0): # Optimizer steps of the run's earlier fits
         super().__init__('position'); self.learn,self.fit_idx,self.steps_before = learn,fit_idx,steps_before
-        self.fit_steps,self.saved,self.in_train,self.resumed = 0,None,False,None   # this fit's optimizer steps; (global step, epoch done) saved last
+        self.fit_steps,self.saved,self.saved_stop,self.in_train,self.resumed = 0,None,False,False,None   # this fit's optimizer steps; (global step, epoch done) saved last, and for a stop?
     @property
     def global_step(self) -> int: return self.steps_before + self.fit_steps
     def begin_epoch(self): self.in_train = True

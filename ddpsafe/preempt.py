@@ -26,6 +26,7 @@ _all_ = ['REQUEUE_EXIT_CODE']
 
 # %% ../nbs/06_preempt.ipynb #d28cbed6
 POLL_SECONDS = 0.25   # the default `poll_seconds`: a request waits at most this, plus one step, to be agreed
+_NOTHING = dict(save=False, stop=False, signal=False, timer=False)   # no request
 
 class StopRequests:
     "Stop signals and switch files, agreed across ranks in rounds at most `poll_seconds` apart"
@@ -40,6 +41,7 @@ class StopRequests:
         self.signalled,self._previous,self._pending,self._stuck,self._listed = None,{},None,set(),float('-inf')
         self.poll_seconds,self.every,self._since,self._timer,self._started = poll_seconds,1,0,False,None
         self._values = torch.zeros(5, dtype=torch.int32)   # a round's values: signal, save switch, stop switch, timer, steps to the next round
+        self.asked = dict(_NOTHING)   # what the rounds agreed since the last optimizer step (`gather`, `take`)
 
 # %% ../nbs/06_preempt.ipynb #4da06abb
 from fastcore.basics import patch
@@ -96,7 +98,6 @@ def _switches(self:StopRequests) -> tuple:
     return take(self.save_switch), take(self.stop_switch)
 
 # %% ../nbs/06_preempt.ipynb #6869bfb0
-_NOTHING = dict(save=False, stop=False, signal=False, timer=False)
 MAX_STEPS_PER_ROUND = 100
 ROUND_SHARE = 0.75   # a round spans this share of `poll_seconds` at the last round's pace: steps may slow by a third within the bound
 
@@ -147,6 +148,19 @@ def last_round(self:StopRequests) -> dict:
     asked = self._read() if self._pending is not None else dict(_NOTHING)
     self._start()                           # no steps left to span: this rank's requests now, waited for at once
     return {k: v or asked[k] for k, v in self._read().items()}
+
+# %% ../nbs/06_preempt.ipynb #6a0000a2
+@patch
+def gather(self:StopRequests, timer:bool=False # This rank's clock says a timed save is due (rank 0's is the one that counts)
+          ):
+    "Every batch: `poll`, and keep what it agreed with what the batches since the last `take` agreed"
+    self.asked = {k: v or self.asked[k] for k, v in self.poll(timer=timer).items()}
+
+@patch
+def take(self:StopRequests) -> dict:
+    "At an optimizer step: the requests agreed since the last one, kept by `gather`; none kept after"
+    asked, self.asked = self.asked, dict(_NOTHING)
+    return asked
 
 # %% ../nbs/06_preempt.ipynb #701537c6
 def stop_signals() -> set:

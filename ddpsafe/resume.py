@@ -1,4 +1,4 @@
-"""The fastai loops a resume enters at a given batch, the facts a run carries between fits, what a checkpoint must match to be resumed, which checkpoint a resume takes, and what a resume on another number of ranks keeps exactly.
+"""What a checkpoint must match to be resumed, which checkpoint a resume takes, how it is loaded into the training state, and what a resume on another number of ranks keeps exactly.
 
 Docs: https://ddpsafe.github.io/ddpsafe/resume.html.md"""
 
@@ -6,128 +6,24 @@ Docs: https://ddpsafe.github.io/ddpsafe/resume.html.md"""
 
 # %% ../nbs/07e_resume.ipynb #a6434cbf
 from __future__ import annotations
-import sys, errno, threading, weakref, warnings
+import sys, errno
 from functools import partial
 from pathlib import Path
 import numpy as np, torch
 from fastai.learner import Learner
 from fastai.optimizer import OptimWrapper
-from fastai.callback.core import CancelEpochException, CancelStepException, CancelBackwardException
 from fastai.torch_core import get_model
 from .core import *
 from .io import safe_load, UnsafePickleError
 from .commit import storage_for, as_path
 from .manifest import *
-from .snapshot import StateBuffers
-from .sharded import full_optimizer_state
 from .learner import fastai_safe_globals, CheckpointMismatch
-from .patching import fastai_stock, patch_fastai, once_a_process
 from .parts import *
 
 # %% auto #0
-__all__ = ['ROLLED_BACK', 'step_lock', 'RunState', 'run_state', 'arm_resume', 'model_signature', 'optimizer_signature',
-           'fit_method', 'fit_signature', 'setup_signature', 'setup_changes', 'choose_checkpoint',
-           'read_checkpoint_file', 'chosen_checkpoint', 'resume_checkpoint', 'check_setup', 'resume_message',
-           'position_in', 'world_change_message', 'restore', 'resume_from']
-
-# %% ../nbs/07e_resume.ipynb #9f2b6736
-_locks = once_a_process('step_locks', weakref.WeakKeyDictionary)   # one per process, however often this runs
-_locks_guard = threading.Lock()
-
-def step_lock(learn:Learner) -> threading.RLock:
-    "The lock around `learn`'s optimizer step"
-    with _locks_guard:
-        if learn not in _locks: _locks[learn] = threading.RLock()
-        return _locks[learn]
-
-@patch_fastai('fastai.learner', 'Learner._do_grad_opt')
-def learner_do_grad_opt(self):
-    "fastai's backward and step, the step under `step_lock`"
-    self._with_events(self._backward, 'backward', CancelBackwardException)
-    with step_lock(self): self._with_events(self._step, 'step', CancelStepException)
-    self.opt.zero_grad()
-
-# %% ../nbs/07e_resume.ipynb #b51fe820
-@patch_fastai('fastai.learner', 'Learner.snapshot')
-def learner_snapshot(self,
-                     buffers:StateBuffers|None=None # Buffers to refill; new ones when `None`
-                    ) -> dict:
-    "A CPU copy of the model and optimizer at one step boundary (collective for a sharded model)"
-    with step_lock(self):
-        state = dict(model=model_weights(self.model), opt=full_optimizer_state(self.opt.state_dict()) if self.opt is not None else None)
-        return (buffers or StateBuffers()).copy(state)
-
-# %% ../nbs/07e_resume.ipynb #b682e5bd
-class RunState:
-    "What a checkpointed run carries between fits"
-    def __init__(self):
-        self.fits,self.steps = 0,0            # fits begun, optimizer steps done, over the script's fits
-        self.fits_left,self.stopped = 0,False # fits still to come in this `fine_tune`; a stop request ended one of them
-        self.start_epoch,self.skip = 0,None   # a resume's first epoch; (batches done, how many of them to draw and drop, what to do at the resume point)
-        self.at_start = None                  # what to do as a resume's first epoch is about to begin (a checkpoint at an epoch's end)
-        self.said = set()                     # what rank 0 said once for this learner
-
-_runs = once_a_process('runs', weakref.WeakKeyDictionary)   # shared by every copy of the patches below
-
-def run_state(learn:Learner) -> RunState:
-    "`learn`'s `RunState`, kept beside the learner"
-    if learn not in _runs: _runs[learn] = RunState()
-    return _runs[learn]
-
-# %% ../nbs/07e_resume.ipynb #729c0233
-@patch_fastai('fastai.callback.schedule', 'Learner.fine_tune')
-def learner_fine_tune(self, epochs, base_lr=2e-3, freeze_epochs=1, lr_mult=100, pct_start=0.3, div=5.0, **kwargs):
-    "fastai's `fine_tune`, stopped whole by a stop request"
-    run = run_state(self)
-    run.fits_left, run.stopped = 2, False
-    try: return fastai_stock['Learner.fine_tune'](self, epochs, base_lr=base_lr, freeze_epochs=freeze_epochs, lr_mult=lr_mult,
-                                                  pct_start=pct_start, div=div, **kwargs)
-    finally: run.fits_left = 0
-
-# %% ../nbs/07e_resume.ipynb #15a777e8
-@patch_fastai('fastai.learner', 'Learner._do_fit')
-def learner_do_fit(self):
-    "fastai's epoch loop, from a resume's epoch"
-    run = run_state(self)
-    start, run.start_epoch = run.start_epoch, 0
-    if start and (bar := getattr(getattr(self, 'progress', None), 'mbar', None)): bar.update(0)  # fastprogress must start at 0
-    at_start, run.at_start = run.at_start, None
-    if at_start: at_start()                      # the resume point of a checkpoint at an epoch's end
-    for epoch in range(start, self.n_epoch):
-        self.epoch = epoch
-        self._with_events(self._do_epoch, 'epoch', CancelEpochException)
-
-@patch_fastai('fastai.learner', 'Learner.all_batches')
-def learner_all_batches(self):
-    "fastai's batch loop, from a resume's batch"
-    self.n_iter = len(self.dl)
-    run = run_state(self)
-    (done, drop, at_resume_point), run.skip = (run.skip or (0, 0, None)), None
-    batches = enumerate(self.dl, done-drop)      # the loader's iterator starts here
-    if done and not drop: at_resume_point()      # a loader that resumed by itself
-    for i, b in batches:
-        if i < done:
-            if i == done-1: at_resume_point()
-            continue
-        self.one_batch(i, b)
-
-# %% ../nbs/07e_resume.ipynb #4667f01f
-def arm_resume(learn:Learner,       # The learner whose `fit` begins
-               parts,               # The registry (`TrainingState`): its parts get `at_resume_point` right before the resumed batch
-               state:dict,          # The checkpoint's position (`PositionState.resumed`)
-               same_fit:bool=True): # Is this fit the checkpoint's? Else the schedule goes on at the same fraction of the fit
-    "Arm fastai's loops to go on from the position `state`"
-    learn.train_iter = state['train_iter']
-    run = run_state(learn)
-    if state['epoch_done']: run.start_epoch, run.at_start = state['epoch'] + 1, lambda: parts.event('at_resume_point'); return
-    n_iter = len(learn.dls.train)   # a changed fit or epoch length: where the same batch falls in its schedule
-    exact = same_fit and state.get('train_batches', n_iter) == n_iter
-    pct = state['pct_train'] if exact else (state['epoch'] + state['iter']/n_iter) / learn.n_epoch
-    def at_resume_point():
-        learn.pct_train, learn.train_iter = pct, state['train_iter']
-        parts.event('at_resume_point')
-    drop = 0 if any(getattr(p, 'resumes_itself', False) for p in parts) else state['iter']
-    run.start_epoch, run.skip = state['epoch'], (state['iter'], drop, at_resume_point)
+__all__ = ['ROLLED_BACK', 'model_signature', 'optimizer_signature', 'fit_method', 'fit_signature', 'setup_signature',
+           'setup_changes', 'choose_checkpoint', 'read_checkpoint_file', 'chosen_checkpoint', 'check_setup',
+           'position_in', 'restore']
 
 # %% ../nbs/07e_resume.ipynb #28b6d383
 def _name(f) -> str:
@@ -249,20 +145,6 @@ def chosen_checkpoint(resume,  # A checkpoint's step, or its folder (absolute, o
                     f'({", ".join(p.name for p in newer)}) renamed {ROLLED_BACK}*, which no resume reads')
     return ck, read_manifest(ck), []
 
-# %% ../nbs/07e_resume.ipynb #ba157142
-def resume_checkpoint(saver,       # The fit's `Saver` ([saver](saver.html)): its folders and its memory tier are where a resume looks
-                      resume=True, # True: the newest complete checkpoint among them; a step or a checkpoint folder: that one (`chosen_checkpoint`)
-                      base=None    # The folder a relative `resume` is relative to
-                     ) -> tuple:
-    "The checkpoint a fit resumes from and its manifest, or `(None, None)`: rank 0's choice, on every rank; collective"
-    memory = saver.memory and saver.memory.settle()   # its write in flight done first; `None` once it failed
-    roots = list(filter(None, (saver.root, saver.far, memory and memory.folder)))   # the memory tier last: a tie goes to the disk's
-    ck, man, skipped = on_main(choose_checkpoint, *roots) if resume is True else on_main(chosen_checkpoint, resume, roots, base)
-    for p, why in skipped: warnings.warn(f'ddpsafe: skipping checkpoint {p}: {"; ".join(why)}')
-    if memory is not None and is_main() and (note := memory.resume_note(ck, skipped)): print(note)
-    if ck is not None: saver.catch_up(ck)     # a local checkpoint that `path` lacks: uploaded
-    return ck, man
-
 # %% ../nbs/07e_resume.ipynb #998d3095
 def check_setup(ck:Path,       # The checkpoint
                 saved:dict|None, # The setup it was saved with; `None` for checkpoints older than setups
@@ -281,15 +163,6 @@ def check_setup(ck:Path,       # The checkpoint
         print(f'ddpsafe: resuming {ck} with the changes you accepted: ' + '; '.join(f'{k}: {a} -> {b}' for k, (a, b) in changes.items()))
     return set(changes)
 
-def resume_message(ck:Path, state:dict, n_epoch:int, n_batches:int) -> str:
-    "What a resume from `ck` did, in words"
-    if state['epoch_done'] and state['epoch']+1 >= n_epoch:
-        return (f'ddpsafe: this fit already finished in {ck} (step {state["global_step"]}): loaded its weights, nothing left to train. '
-                'To train again from the start, use another `path` or `resume=False`')
-    where = (f'the end of epoch {state["epoch"]}' if state['epoch_done'] else
-             f'epoch {state["epoch"]}, after training batch {state["iter"]} of {n_batches}')
-    return f'ddpsafe: resumed from {ck} at {where} (step {state["global_step"]})'
-
 # %% ../nbs/07e_resume.ipynb #f504ea37
 def position_in(state:dict,    # A checkpoint's `state.pt`
                 n_batches:int, # Training batches an epoch has in this run, per rank
@@ -301,14 +174,6 @@ def position_in(state:dict,    # A checkpoint's `state.pt`
     if saved is None: raise CheckpointMismatch(f'{ck} was written by {state["world_size"]} ranks, this run has {world()}, and it '
                                                'does not record its epoch length: resume it with the same number of ranks')
     return {**state, 'iter': min(n_batches, -(-state['iter']*n_batches // saved))}
-
-def world_change_message(ck, state:dict, now:int|None=None) -> str:
-    "What a resume on `now` ranks (default: this run's) changes, in words"
-    a, b = state['world_size'], now or world()
-    new = '' if b <= a else f', and rank {a} draws' if b == a+1 else f', and ranks {a} to {b-1} draw'
-    return (f'ddpsafe: {ck} was saved by {a} ranks and this run has {b}: the weights, optimizer state and schedule go on exactly; '
-            f"a step now takes the batches of {b} rank{'s'*(b != 1)} instead of {a}, and the epochs' order is split anew over them"
-            + (f'{new} from random streams derived from the saved ones' if new else ''))
 
 # %% ../nbs/07e_resume.ipynb #e4e31397
 def restore(ck:Path,           # The checkpoint a resume chose
@@ -327,19 +192,3 @@ def restore(ck:Path,           # The checkpoint a resume chose
     changed = check_setup(ck, parts['setup'].saved['setup'], parts['setup'].setup, accept_changes)   # as the checkpoint's, as this fit's
     load(skip={'model'} | ({'optimizer'} if 'optimizer' in changed else set()))
     return state, changed
-
-# %% ../nbs/07e_resume.ipynb #d34ed2b5
-def resume_from(learn:Learner,     # The learner whose `fit` begins
-                ck:Path,           # The checkpoint a resume chose (`resume_checkpoint`)
-                man:dict,          # Its manifest
-                parts,             # The fit's registry (`TrainingState`)
-                accept_changes=(), # What may differ on purpose: any of 'model', 'optimizer', 'fit', 'parts'
-                index=None         # Its shard index (`shard_index`) when it is in shards
-               ) -> dict:
-    "Load `ck` into `parts` and arm `learn`'s loops to go on from it; rank 0 says where: the position resumed at; collective"
-    state, changed = restore(ck, man, parts, len(learn.dls.train), accept_changes, index)
-    at = parts['position'].resumed
-    arm_resume(learn, parts, at, same_fit='fit' not in changed)
-    if is_main(): print(resume_message(ck, state, learn.n_epoch, len(learn.dls.train)))
-    if is_main() and state['world_size'] != world(): print(world_change_message(ck, state))
-    return at

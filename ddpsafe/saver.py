@@ -15,7 +15,6 @@ from .core import *
 from .commit import storage_for
 from .io import prepare_dir
 from .owner import claim_checkpoints
-from .memory import fit_memory_tier
 from .manifest import *
 from .snapshot import StateBuffers, AsyncWriter, Tier, _pace
 from .sharded import write_in_shards, in_shards_to   # how a checkpoint is written in shards, and whether it is
@@ -157,36 +156,33 @@ def end(self:Saver, upload_wait:float|None=None, # At most this many seconds for
     if saved and self.memory is not None and self.memory.settle() is not None: on_main(self.memory.clear)   # its checkpoints are older
 
 # %% ../nbs/07f_saver.ipynb #c94799c0
-def fit_saver(path,                  # A folder (relative to `base`), or a URL such as `s3://bucket/run`
-              base,                  # What a relative folder is relative to: `learn.path`
+def fit_saver(folder,                # The checkpoints folder, resolved: a `Path`, or a `UPath` of a URL with fsspec's options in it
               model,                 # The fit's model: whole, or sharded by FSDP2
+              *,                     # The rest by name only: the other tiers, then how checkpoints are kept and written
+              local=None,            # A fast local folder, resolved: commit there first, upload to `folder` in the background
+              memory=None,           # The fit's `MemoryTier` (`fit_memory_tier`): a checkpoint every few steps in node-local RAM; `None`: none
               keep:int=3,            # Keep the newest this many complete checkpoints, and the best one
               comp=np.less,          # `np.less` or `np.greater`: which metric is the best
               async_save:bool=False, # Copy at the step boundary, write in a background thread
-              local=None,            # A fast local folder (relative to `base`): commit there first, upload to `path` in the background
-              storage_options=None,  # For a URL `path`: fsspec's options
-              memory_every_steps=None, # A checkpoint every this many steps in the memory tier too; `None`: no memory tier
-              memory_path=None,      # The memory tier's folder; `None`: one of this run's own in /dev/shm
-              memory_keep:int=2,     # The memory tier keeps its newest this many
               say=print              # Rank 0 says with it where the checkpoints go, first
              ) -> Saver:
-    "The fit's `Saver`: its storage, its folders made and claimed, whole or in shards, its tiers; collective"
-    storage = storage_for(path, storage_options)     # a local folder or object storage
-    far = prepare_dir(storage.resolve(path, base))
-    near = prepare_dir(Path(base)/local) if local else None
+    "The fit's `Saver`: its folders made and claimed, whole or in shards, its tiers; collective"
+    storage = storage_for(folder)     # a local folder or object storage
+    far = prepare_dir(folder)
+    near = prepare_dir(local) if local else None
     if near is not None and storage.local and near.resolve() == far.resolve():
         raise ValueError(f'{near}: `local` and `path` are the same folder; `local` is a second, faster one')
     root, claims = near or far, []
     try:
         claims.append(claim_checkpoints(root))
-        if local: claims.append(claim_checkpoints(far))   # `path` too: its owner, or a probe that it can be written
+        if local: claims.append(claim_checkpoints(far))   # `folder` too: its owner, or a probe that it can be written
         commits = storage_for(root) if local else storage   # the storage of `root`
         if is_main(): say(f'ddpsafe: checkpoints in {commits.absolute(root)}' + (f', uploaded to {far}' if local else ''))
         sharded = in_shards_to(model, root, storage.local)
+        if sharded and memory is not None: memory = memory.decline('this fit saves its sharded model in shards, which the memory tier does not hold')
         return Saver(root, commits, keep, comp, claims[0], async_save, sharded,
                      Uploader(far, keep, comp) if local and is_main() else None,
-                     fit_memory_tier(memory_every_steps, far, memory_path, base, memory_keep, sharded),
-                     far if local else None, claims[1] if local else None)
+                     memory, far if local else None, claims[1] if local else None)
     except BaseException:
         for c in claims: c.release()
         raise
