@@ -283,6 +283,7 @@ def after_batch(self:CheckpointCallback):
     self.pending_grads = not self.stepped
     if not self.stepped: return          # inside an accumulation window: wait for its optimizer step
     self.progress.fit_steps += 1
+    if self.progress.fit_steps == 1: self.saver.reserve((self.learn.model.state_dict(), self.learn.opt.state_dict()))   # the copies' buffers, ahead
     asked = self.stops.take()
     if reason := self.save_reason(asked, self.progress.fit_steps):
         self.save(reason, stop=asked['stop'])

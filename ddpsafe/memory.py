@@ -175,6 +175,11 @@ def settle(self:MemoryTier):
     return None if self.off else self
 
 @patch
+def reserve(self:MemoryTier, state): # The model's and the optimizer's state dicts, after the fit's first step
+    "Rank 0, which copies: the buffers allocated in the background"
+    if is_main() and not self.off: self.buffers.reserve(state)
+
+@patch
 def close(self:MemoryTier):
     "Wait for the write in flight (a crash's newest memory checkpoint, for the restart), end the writer's thread, free the buffers"
     if (err := self.writer.close()) is not None:

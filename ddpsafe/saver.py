@@ -85,6 +85,12 @@ class Saver(Tier):
 
 # %% ../nbs/07f_saver.ipynb #7f000013
 @patch
+def reserve(self:Saver, state): # The model's and the optimizer's state dicts, after the fit's first step
+    "The buffers of an async save (rank 0's, or every rank's shards) and of the memory tier, allocated in the background"
+    if self.buffers is not None and (is_main() or self.sharded): self.buffers.reserve(state)
+    if self.memory is not None: self.memory.reserve(state)
+
+@patch
 def settle(self:Saver, step:int|None=None): # The step a save is due at; `None`: the fit's end, where a wait is expected
     "Wait for the write in flight; raise its error everywhere; a save that waited for it is said once a fit"
     if self.writer is None: return    # synchronous: nothing in flight, nothing for the ranks to agree on
@@ -109,9 +115,10 @@ def wait_note(self:Saver, step:int, # The step whose save waited
 # %% ../nbs/07f_saver.ipynb #7f00001c
 @patch
 def close(self:Saver):
-    "Release the writers, the uploader and the claims, however the fit ended"
+    "Release the writers, their buffers, the uploader and the claims, however the fit ended"
     if self.writer is not None and (err := self.writer.close()) is not None:   # the signals still only raise a flag meanwhile
         warnings.warn(f'ddpsafe: the background checkpoint write failed too: {err}')
+    if self.buffers is not None: self.buffers.clear()  # freed here, not by a garbage collection in a forked DataLoader worker
     if self.memory is not None: self.memory.close()     # a crash's newest memory checkpoint, for the restart
     if self.uploader is not None: self.uploader.close()  # after an error: the upload in flight ends in the background
     for c in (self.claim, self.far_claim):

@@ -46,9 +46,10 @@ class StateBuffers:
             b = self.bufs[path] = spare.pop() if spare else _host_buffer(t.shape, t.dtype, t.is_cuda)
         return b
 
-    def reserve(self, tensors):
-        "Allocate buffers shaped like `tensors` on a thread of its own: the first `copy` takes them instead of allocating while training waits"
-        like = [(t.shape, t.dtype, t.is_cuda) for t in map(_local, tensors)]    # read now: the tensors go on changing
+    def reserve(self, state):
+        "Allocate buffers shaped like `state`'s tensors on a thread of its own: the first `copy` takes them instead of allocating while training waits"
+        like = []
+        map_tensors(lambda t, p: like.append((_local(t).shape, t.dtype, t.is_cuda)), state)   # read now: the tensors go on changing
         def allocate():
             for k in like: self.spare.setdefault(k, []).append(_host_buffer(*k, touch=True))
         self.reserving = threading.Thread(target=allocate, name='ddpsafe-reserve', daemon=True)
@@ -126,7 +127,9 @@ class AsyncWriter:
 
 # %% ../nbs/07_snapshot.ipynb #058c379e
 class Tier:
-    "Where a fit's checkpoints go; every rank calls, in this order: `ready` and `save` at each save, `settle` before a resume and at the fit's end, `close` once"
+    "Where a fit's checkpoints go; every rank calls, in this order: `reserve` once, `ready` and `save` at each save, `settle` before a resume and at the fit's end, `close` once"
+    def reserve(self, state): # The model's and the optimizer's state dicts, after the fit's first step
+        "Allocate ahead, in the background, the buffers `save` copies into; a tier that copies nothing does nothing"
     def ready(self, step:int) -> bool: # The step due a save
         "May the tier take checkpoint `step` now? Every rank gets the same answer"
         return True
