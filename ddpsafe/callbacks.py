@@ -16,10 +16,10 @@ from fastai.callback.core import Callback, CancelFitException, GatherPredsCallba
 from .core import *
 from .io import *
 from .patching import fastai_stock, patch_fastai
+from .core import count_batch, watching_progress, loaded_class, name_failure
 
 # %% auto #0
-__all__ = ['DECIDING_CALLBACKS', 'TRAINERS', 'fitting', 'training_fit', 'at_fit_end', 'CallbacksDiffer', 'deciding',
-           'trains_together', 'check_deciding_callbacks', 'quiet_unless_main', 'TrainingCallback', 'patch_fastai']
+__all__ = ['at_fit_end', 'CallbacksDiffer', 'deciding', 'check_deciding_callbacks', 'TrainingCallback', 'patch_fastai']
 
 # %% ../nbs/04_callbacks.ipynb #3c3b2095
 _all_ = ['patch_fastai']   # defined in `ddpsafe.patching`; still importable from here
@@ -35,6 +35,7 @@ def training_fit(learn:Learner) -> bool:
     "Is `learn` inside a training `fit`, not `lr_find`'s?"
     return fitting(learn) and 'lr_finder' not in vars(learn)   # `add_cb` sets it; `hasattr` would ask the model too, at every event
 
+# %% ../nbs/04_callbacks.ipynb #484fb902
 def at_fit_end(learn:Learner, close):
     "Call `close()` when `learn`'s current `fit` ends"
     _fits[learn].append(close)
@@ -68,6 +69,7 @@ DECIDING_CALLBACKS = [('fastai.callback.tracker', 'TrackerCallback'), ('fastai.c
                       ('ddpsafe.checkpoint', 'CheckpointCallback')]   # (module, class): callbacks that decide for every rank
 TRAINERS = [('fastai.distributed', 'DistributedTrainer'), ('ddpsafe.fsdp', 'ShardedTrainer')]
 
+# %% ../nbs/04_callbacks.ipynb #489e5701
 class CallbacksDiffer(ValueError):
     "A callback that decides for every rank is on some ranks only"
 
@@ -77,11 +79,13 @@ def deciding(cb) -> bool:
     "Does callback `cb` (or a callback class) take decisions that every rank must take with it?"
     return issubclass(cb if isinstance(cb, type) else type(cb), _classes(DECIDING_CALLBACKS))
 
+# %% ../nbs/04_callbacks.ipynb #489e5702
 def trains_together(learn:Learner) -> bool:
     "Does `learn` train with the other ranks (DDP or sharded), so that its ranks take every step together?"
     ddp = loaded_class('torch.nn.parallel.distributed', 'DistributedDataParallel')
     return coordinating() and (isinstance(learn.model, ddp) or any(isinstance(cb, _classes(TRAINERS)) for cb in learn.cbs))
 
+# %% ../nbs/04_callbacks.ipynb #489e5703
 def check_deciding_callbacks(learn:Learner, cbs=None): # The callbacks given to this `fit`
     "Raise `CallbacksDiffer` on every rank when a callback that decides for every rank is on some ranks only"
     if not trains_together(learn): return

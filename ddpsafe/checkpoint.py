@@ -19,7 +19,6 @@ import ddpsafe.fsdp   # learn.fsdp_ctx
 from .callbacks import TrainingCallback, at_fit_end
 from .parts import *
 import ddpsafe.text   # its part (a model's hidden state) and its split of a language model's texts, whatever else is imported
-from .shards import *
 from .snapshot import StateBuffers
 from .sharded import full_optimizer_state
 from .commit import storage_for
@@ -28,10 +27,12 @@ from .saver import *   # how a checkpoint is written and kept
 from .interval import *   # when a timed save is due
 from .resume import *   # what a resume stands on: what a checkpoint must match, which one it takes, how it is loaded
 from .resume import _name
+from .parts import loader_note, stop_persistent_workers, late_callbacks_note
+from .resume import chosen_checkpoint
+from .shards import shard_index
 
 # %% auto #0
-__all__ = ['CheckpointCallback', 'step_lock', 'RunState', 'run_state', 'arm_resume', 'exit_quickly', 'resume_checkpoint',
-           'resume_message', 'world_change_message', 'resume_from']
+__all__ = ['CheckpointCallback', 'step_lock', 'RunState', 'run_state', 'resume_checkpoint']
 
 # %% ../nbs/08_checkpoint.ipynb #627689aa
 _CHANGES = ('model', 'optimizer', 'fit', 'parts')

@@ -14,10 +14,10 @@ from .commit import temporaries, as_path, commit_file
 from .manifest import *
 from .manifest import _sizes
 from .owner import read_owner, describe_owner
+from .manifest import plain_key, best_of
 
 # %% auto #0
-__all__ = ['leftovers', 'comp_name', 'checkpoint_rows', 'format_rows', 'owner_line', 'ddpsafe_ls', 'ddpsafe_verify', 'ended_as',
-           'run_status', 'ddpsafe_status', 'saved_weights', 'best_complete', 'export_source', 'export_weights',
+__all__ = ['leftovers', 'ddpsafe_ls', 'ddpsafe_verify', 'run_status', 'ddpsafe_status', 'saved_weights', 'export_weights',
            'ddpsafe_export']
 
 # %% ../nbs/09_cli.ipynb #078d07b7
@@ -126,6 +126,7 @@ def ended_as(m:dict) -> str:
     if not m.get('stop'): return 'unfinished'
     return 'stopped' if m.get('reason') == 'switch' else 'preempted'   # a stop of unrecorded cause: requeue, which loses nothing
 
+# %% ../nbs/09_cli.ipynb #e66ff001
 def run_status(root:Path|str) -> dict:
     "The run's state, from the newest complete checkpoint in `root`"
     skipped = []
@@ -169,6 +170,7 @@ def saved_weights(ck:Path,             # A complete checkpoint
         raise CorruptCheckpoint(f'{ck/"model.safetensors"}: does not match the manifest (changed or damaged after it was written); nothing exported')
     return st.load(data)
 
+# %% ../nbs/09_cli.ipynb #dd49af01
 def best_complete(root:Path|str # The checkpoints folder
                  ) -> Path|None:
     "The checkpoint `ddpsafe-ls` marks best in `root` (the one `CheckpointCallback` keeps); `None` when none records a metric"
@@ -187,6 +189,7 @@ def export_source(src:Path|str, # A checkpoint, or a checkpoints folder; a path 
                                            'its monitor at the end of an epoch), nothing exported' if best else f'{src}: no complete checkpoint to export', str(src))
     return ck
 
+# %% ../nbs/09_cli.ipynb #dd49af02
 def export_weights(src:Path|str, # A checkpoint, or a checkpoints folder (its newest complete checkpoint); a path or URL
                    out:Path|str, # The safetensors file to write: a path or URL
                    best:bool=False # From a folder, its best checkpoint (`best_complete`) instead of its newest

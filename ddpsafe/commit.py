@@ -12,10 +12,9 @@ from pathlib import Path
 import xxhash
 
 # %% auto #0
-__all__ = ['UPLOAD_ATTEMPTS', 'UPLOAD_BACKOFF', 'UPLOAD_THREADS', 'is_url', 'LocalStorage', 'ObjectStorage', 'storage_for',
-           'as_path', 'fsync_path', 'errno_of', 'temp_path', 'temporary_of', 'discard', 'committing', 'file_digest',
-           'HashingFile', 'FileWriter', 'write_file', 'commit_file', 'temporaries', 'restore_replaced',
-           'clean_temporaries']
+__all__ = ['UPLOAD_ATTEMPTS', 'UPLOAD_BACKOFF', 'UPLOAD_THREADS', 'LocalStorage', 'ObjectStorage', 'storage_for', 'as_path',
+           'temporary_of', 'discard', 'committing', 'file_digest', 'FileWriter', 'write_file', 'commit_file',
+           'temporaries', 'clean_temporaries']
 
 # %% ../nbs/01a_commit.ipynb #9b0d75ef
 _LOCAL = ('', 'file', 'local')
@@ -27,6 +26,7 @@ def is_url(p # A path, a string, or a `UPath`
     if (proto := getattr(p, 'protocol', None)) is not None: return proto not in _LOCAL
     return isinstance(p, str) and (m := re.match(r'([a-zA-Z][\w+.-]*)://', p)) is not None and m[1] not in _LOCAL
 
+# %% ../nbs/01a_commit.ipynb #9b0d7501
 class LocalStorage:
     "A folder of this machine's filesystem: rename, fsync, exclusive create"
     local = True             # paths are this machine's files: `open`, torch and DCP write them; each rank can check its own copy
@@ -153,6 +153,7 @@ def temp_path(final:Path|str,  # The name the file or folder will have, or had
     final = Path(final)
     return final.with_name(f'.{final.name}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:8]}')
 
+# %% ../nbs/01a_commit.ipynb #ebf10201
 def temporary_of(path:Path|str) -> tuple|None:
     "(final name, kind) if `path` is a temporary, else `None`"
     m = _TEMP.fullmatch(Path(path).name)
@@ -220,6 +221,7 @@ def file_digest(path:Path|str, chunk:int=1<<22, storage=None) -> str:
         while n := f.readinto(buf): h.update(view[:n])
     return h.hexdigest()
 
+# %% ../nbs/01a_commit.ipynb #87d16001
 class HashingFile:
     "Binary file passing writes to `f`, counting size and xxh3"
     def __init__(self, f): self.f,self.size,self._h = f,0,xxhash.xxh3_64()
@@ -230,6 +232,7 @@ class HashingFile:
     def flush(self): self.f.flush()
     def hexdigest(self) -> str: return self._h.hexdigest()
 
+# %% ../nbs/01a_commit.ipynb #87d16002
 class FileWriter:
     "A writer into an open binary file"
     def __init__(self, write_to): self.write_to = write_to   # Called with a binary file object to write the content to
@@ -277,6 +280,7 @@ def temporaries(folder:Path|str, # The folder to look in
     "Leftover temporaries in `folder`, as (path, 'tmp', 'prev' or 'old'); none on object storage"
     return storage_for(folder).temporaries(folder, final)
 
+# %% ../nbs/01a_commit.ipynb #bf872a01
 def _restore_replaced(folder:Path, final=None) -> list:
     "Rename back each local folder being replaced when a crash came, if its replacement never arrived"
     back = [(p, folder/temporary_of(p)[0]) for p, kind in _temporaries(folder, final) if kind == 'prev']
@@ -291,6 +295,7 @@ def restore_replaced(folder:Path|str, # The folder to look in
     "Put back the folders a crash left replaced by nothing; the names put back"
     return storage_for(folder).restore_replaced(folder, final)
 
+# %% ../nbs/01a_commit.ipynb #bf872a02
 def clean_temporaries(folder:Path|str, final=None) -> list:
     "Put back what `restore_replaced` finds, then remove the other leftovers; the removed paths"
     storage = storage_for(folder)

@@ -12,13 +12,10 @@ from contextlib import contextmanager, suppress
 import torch, torch.distributed as dist
 
 # %% auto #0
-__all__ = ['STUCK_EXIT_CODE', 'APART_BEATS', 'live', 'rank', 'world', 'is_main', 'coordinating', 'loaded_class', 'is_dtensor',
-           'ddp_timeout', 'DistTimeout', 'CheckpointMismatch', 'start_heartbeat', 'stop_heartbeat', 'silent_ranks',
-           'error_line', 'report_failure', 'failed_ranks', 'forget_failure', 'count_batch', 'watching_progress',
-           'where_waiting', 'behind_ranks', 'waiting_in', 'RanksApart', 'ranks_apart', 'apart_message', 'ended_ranks',
-           'peer_failure', 'name_failure', 'bound_process_group', 'side_group', 'using_side_group',
-           'release_side_group', 'broadcast_bytes', 'RemoteTraceback', 'on_main', 'on_main_alone', 'made_by_all',
-           'agree', 'any_rank', 'all_ranks', 'barrier']
+__all__ = ['STUCK_EXIT_CODE', 'APART_BEATS', 'live', 'rank', 'world', 'is_main', 'coordinating', 'ddp_timeout', 'DistTimeout',
+           'CheckpointMismatch', 'start_heartbeat', 'stop_heartbeat', 'RanksApart', 'bound_process_group', 'side_group',
+           'using_side_group', 'release_side_group', 'on_main', 'on_main_alone', 'made_by_all', 'agree', 'any_rank',
+           'all_ranks', 'barrier']
 
 # %% ../nbs/00_core.ipynb #f89291bf
 def live() -> bool:
@@ -183,6 +180,8 @@ def forget_failure():
 import sys, json, faulthandler, multiprocessing
 
 STUCK_EXIT_CODE = 1   # a rank that waited on itself past `DDPSAFE_TIMEOUT` exits with this, as a failed one does
+
+# %% ../nbs/00_core.ipynb #94ba7601
 _progress = dict(batches=0, fits=0, since=0., seen=None, still=0.)   # batches of the fits; fits under way, since when; the last count seen, since when
 
 def count_batch():
@@ -226,14 +225,14 @@ def where_waiting(frame) -> tuple:   # A thread's innermost frame
            for f,_,n in fs): return f'in a collective{step}', False
     for f,fn,n in fs:
         if _module(f) == 'torch.utils.data.dataloader' and n == '_next_data': return f'for its DataLoader{_awaited_worker(f.f_locals.get("self"))}{step}', True
-    for f,fn,n in fs:
-        if _ours(f) and n == 'save': return f'in a checkpoint save{step}', True
+    if any(_ours(f) and n == 'save' for f,_,n in fs): return f'in a checkpoint save{step}', True
     for f,fn,n in fs:
         if n.startswith(('before_', 'after_')) and hasattr(type(f.f_locals.get('self')), 'order'):
             return f'in callback {type(f.f_locals["self"]).__name__}.{n} ({fn.rsplit("/", 1)[-1]}:{f.f_lineno}){step}', True
     f,fn,n = fs[0]
     return f'in {n} ({fn.rsplit("/", 1)[-1]}:{f.f_lineno}){step}', True
 
+# %% ../nbs/00_core.ipynb #26189e00
 def _doing(every:float) -> dict:
     "What the main thread does: the collective it waits in, if one (`waiting_in`); once a fit's batches stand still for two beats, where it waits"
     now = time.time()
@@ -344,6 +343,7 @@ _APART_KEY = 'ddpsafe/apart'
 class RanksApart(DistTimeout):
     "The ranks wait in different calls, so none can go on"
 
+# %% ../nbs/00_core.ipynb #22876501
 def _place(r:int, d:dict) -> str:
     "Where rank `r` waits, in words, from its report `d`"
     if d.get('ended'): return f'rank {r} has ended its script'

@@ -13,7 +13,7 @@ from .testing import launch_ranks
 from .preempt import REQUEUE_EXIT_CODE
 
 # %% auto #0
-__all__ = ['train_rank', 'run_demo', 'ddpsafe_demo']
+__all__ = ['ddpsafe_demo']
 
 # %% ../nbs/10_demo.ipynb #73396bef
 def train_rank(folder:str,        # The job's folder: checkpoints go in `folder/checkpoints`

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast, hashlib, importlib.util
 
 # %% auto #0
-__all__ = ['FASTAI_CHECKED', 'CHECKED', 'FENCE', 'fastai_source', 'source_digest', 'fence_changes']
+__all__ = []
 
 # %% ../nbs/12_fence.ipynb #e6ae144a
 FASTAI_CHECKED = '2.8.12'   # the fastai release whose sources the digests below are of

@@ -17,9 +17,10 @@ from .core import *
 from .learner import start_process_group
 from .patching import patch_fastai
 from .sharded import _device
+from .core import is_dtensor, name_failure
 
 # %% auto #0
-__all__ = ['shard_units', 'shard_model', 'compute_device', 'meta_copy', 'unshard_model', 'ShardedTrainer']
+__all__ = ['ShardedTrainer']
 
 # %% ../nbs/07a_fsdp.ipynb #15d57bb6
 def shard_units(model:nn.Module,   # The model to shard

@@ -11,10 +11,8 @@ from pathlib import Path
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['LAUNCHES', 'NOT_FAILURES', 'PRIOR_MTBF', 'PRIOR_WEIGHT', 'FIRST_SAVE_SECONDS', 'MAX_SHARE', 'CHANGE_TO_SAY', 'waste',
-           'record_launch', 'read_launches', 'launch_started', 'launch_ended', 'failure_history',
-           'mean_time_between_failures', 'save_interval', 'choose_interval', 'interval_moved', 'interval_note',
-           'SaveTimer']
+__all__ = ['LAUNCHES', 'PRIOR_MTBF', 'FIRST_SAVE_SECONDS', 'MAX_SHARE', 'waste', 'record_launch', 'read_launches',
+           'save_interval', 'interval_note', 'SaveTimer']
 
 # %% ../nbs/06a_interval.ipynb #3b5207d2
 def waste(tau:float,    # Seconds between saves
@@ -26,8 +24,11 @@ def waste(tau:float,    # Seconds between saves
 
 # %% ../nbs/06a_interval.ipynb #c3720034
 LAUNCHES = 'launches.jsonl'              # the launch history, in the checkpoints folder: one JSON line per launch start and end
+
+# %% ../nbs/06a_interval.ipynb #c3720001
 NOT_FAILURES = ('finished', 'stopped')   # the ends the run wanted; any other end, or none, is a failure
 
+# %% ../nbs/06a_interval.ipynb #c3720002
 def record_launch(folder:Path|str, # A local checkpoints folder
                   rec:dict):       # One line of the history: a launch's start or end
     "Append `rec` to `folder/LAUNCHES` as one JSON line, on disk when this returns"
@@ -90,6 +91,8 @@ def failure_history(records:list # `read_launches`' records
 
 # %% ../nbs/06a_interval.ipynb #07f232de
 PRIOR_MTBF = 4*3600.   # seconds between failures assumed before the folder has any history
+
+# %% ../nbs/06a_interval.ipynb #07f23201
 PRIOR_WEIGHT = 1.      # the prior counts as this many failures seen, in PRIOR_WEIGHT*PRIOR_MTBF seconds
 
 def mean_time_between_failures(failures:int,   # Failures seen

@@ -13,12 +13,12 @@ import safetensors.torch as st
 from .core import *
 from .core import _portable
 from .commit import fsync_path, errno_of, commit_file, FileWriter, file_digest, storage_for, as_path
-_all_ = ['fsync_path', 'errno_of', 'commit_file', 'FileWriter']
+from .core import broadcast_bytes
+_all_ = ['commit_file', 'FileWriter']
 
 # %% auto #0
-__all__ = ['safetensors_writer', 'torch_writer', 'writer_for', 'checkpoint_writers', 'atomic_save', 'atomic_write',
-           'CorruptFileError', 'UnsafePickleError', 'fingerprint', 'collective_read', 'safe_load', 'prepare_dir',
-           'fsync_path', 'errno_of', 'commit_file', 'FileWriter']
+__all__ = ['safetensors_writer', 'torch_writer', 'checkpoint_writers', 'atomic_save', 'atomic_write', 'CorruptFileError',
+           'UnsafePickleError', 'safe_load', 'prepare_dir', 'commit_file', 'FileWriter']
 
 # %% ../nbs/02_io.ipynb #e6fb9891
 _ST_ORDER = 'BOOL F4 F6_E2M3 F6_E3M2 U8 I8 F8_E5M2 F8_E4M3 F8_E8M0 I16 U16 F16 BF16 I32 U32 F32 C64 F64 I64 U64'.split()   # safetensors' Dtype
@@ -76,6 +76,7 @@ def torch_writer(obj,
         with _zip_crc(crc32): torch.save(obj, f, **torch_save_kwargs)
     return FileWriter(write)
 
+# %% ../nbs/02_io.ipynb #e6fb9801
 def writer_for(obj,            # What to save
                path:Path,      # Where: the suffix picks the format
                **torch_save_kwargs):
@@ -84,6 +85,7 @@ def writer_for(obj,            # What to save
     if isinstance(obj, (bytes, bytearray)): return FileWriter(lambda f: f.write(obj))
     return torch_writer(obj, **torch_save_kwargs)
 
+# %% ../nbs/02_io.ipynb #e6fb9802
 def checkpoint_writers(contents:dict) -> dict:
     "A writer for each file of a checkpoint, in the format its name says: safetensors, else `torch.save`"
     return {name: writer_for(c, name, crc32=False) for name, c in contents.items()}

@@ -25,21 +25,23 @@ from fastai.torch_core import get_model
 from .core import *
 from .sharded import is_sharded, full_weights, load_full_weights, full_optimizer_state, shard_optimizer_state
 from .io import *
+from .io import collective_read
+from .core import name_failure
 
 # %% auto #0
-__all__ = ['BN_ON_CPU_NOTE', 'has_batchnorm', 'usable_sync_bn', 'start_process_group', 'patch_distributed', 'fastai_safe_globals',
-           'save_model', 'load_model', 'pickled_modules', 'from_ddpsafe', 'ddpsafe_parts', 'without_ddpsafe',
-           'load_learner', 'patch_text_learner', 'load_dls', 'when_imported', 'fastai_stock', 'fastai_patches',
-           'patch_fastai']
+__all__ = ['BN_ON_CPU_NOTE', 'start_process_group', 'fastai_safe_globals', 'save_model', 'load_model', 'pickled_modules',
+           'load_learner', 'load_dls', 'fastai_stock', 'fastai_patches', 'patch_fastai']
 
 # %% ../nbs/03_learner.ipynb #9f676b2b
 from .patching import when_imported, fastai_stock, fastai_patches, patch_fastai
-_all_ = ['when_imported', 'fastai_stock', 'fastai_patches', 'patch_fastai']   # defined in `ddpsafe.patching`; still importable from here
+_all_ = ['fastai_stock', 'fastai_patches', 'patch_fastai']   # defined in `ddpsafe.patching`; still importable from here
 
 # %% ../nbs/03_learner.ipynb #416afe24
 BN_ON_CPU_NOTE = ("ddpsafe: training with sync_bn=False: the model has BatchNorm layers and this machine has no CUDA, and DDP's "
                   "SyncBatchNorm works only on GPU modules; each rank normalizes with its own batches' statistics. "
                   "Pass distrib_ctx(sync_bn=False) to silence this note")
+
+# %% ../nbs/03_learner.ipynb #416afe01
 _said_bn_on_cpu = []
 
 def has_batchnorm(model) -> bool:
@@ -69,6 +71,7 @@ def start_process_group() -> bool:
     _init_from_env()
     return True
 
+# %% ../nbs/03_learner.ipynb #ac9cdf01
 def patch_distributed():
     "Patch fastai's DDP for CPU and bounded waits"
     import fastai.distributed as fd

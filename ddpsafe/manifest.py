@@ -13,13 +13,14 @@ from .commit import storage_for, as_path, committing, write_file, fsync_path, fi
 _all_ = ['file_digest', 'UPLOAD_THREADS']
 
 # %% auto #0
-__all__ = ['FORMAT', 'MANIFEST', 'SHARD_INDEX', 'REQUEUE_EXIT_CODE', 'STOPPED_EXIT_CODE', 'checkpoint_name', 'checkpoint_step',
-           'uncompiled_key', 'plain_key', 'checkpoint_folder', 'fill_checkpoint', 'write_checkpoint',
-           'CorruptCheckpoint', 'read_manifest', 'check_checkpoint', 'checkpoint_status', 'best_of', 'checkpoints',
-           'newest_complete', 'rotate', 'clean_incomplete', 'file_digest', 'UPLOAD_THREADS']
+__all__ = ['MANIFEST', 'SHARD_INDEX', 'REQUEUE_EXIT_CODE', 'STOPPED_EXIT_CODE', 'checkpoint_name', 'checkpoint_step',
+           'write_checkpoint', 'CorruptCheckpoint', 'read_manifest', 'check_checkpoint', 'checkpoint_status',
+           'checkpoints', 'newest_complete', 'rotate', 'clean_incomplete', 'file_digest', 'UPLOAD_THREADS']
 
 # %% ../nbs/05_manifest.ipynb #b91605d8
 FORMAT = 'ddpsafe-checkpoint/1'
+
+# %% ../nbs/05_manifest.ipynb #b9160501
 MANIFEST = 'manifest.json'
 SHARD_INDEX = '.metadata'   # In a checkpoint written in shards: DCP's index of them
 
@@ -66,6 +67,7 @@ def fill_checkpoint(folder:Path,   # The temporary folder `checkpoint_folder` ga
     manifest = dict(format=FORMAT, step=step, time=time.time(), **(meta or {}), files=entries)
     write_file(folder/MANIFEST, json.dumps(manifest, indent=1).encode(), digest=False, storage=storage)
 
+# %% ../nbs/05_manifest.ipynb #547aa101
 def write_checkpoint(root:Path|str,  # The checkpoints folder
                      step:int,       # Optimizer steps done: the checkpoint's name
                      files:dict,     # File name -> writer: bytes, a `FileWriter`, or a function that writes the file at the path it gets

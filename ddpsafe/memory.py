@@ -18,7 +18,7 @@ from .io import checkpoint_writers
 
 
 # %% auto #0
-__all__ = ['SHM', 'memory_folder', 'MemoryTier', 'fit_memory_tier']
+__all__ = ['SHM', 'memory_folder', 'MemoryTier']
 
 # %% ../nbs/07g_memory.ipynb #7a000006
 SHM = Path('/dev/shm')   # Linux's RAM-backed filesystem: node-local, outlives the processes, not the node

@@ -12,11 +12,12 @@ from fastcore.basics import patch
 from .commit import temp_path, fsync_path, commit_file, storage_for, as_path, errno_of
 
 # %% auto #0
-__all__ = ['OWNER', 'job_id', 'pid_alive', 'FolderInUse', 'describe_owner', 'read_owner', 'takeover_reason', 'FolderClaim',
-           'claim_folder', 'claim_checkpoints']
+__all__ = ['OWNER', 'FolderInUse', 'read_owner', 'FolderClaim', 'claim_folder', 'claim_checkpoints']
 
 # %% ../nbs/05a_owner.ipynb #59b05882
 OWNER = 'ddpsafe-owner.json'
+
+# %% ../nbs/05a_owner.ipynb #59b05801
 _FORMAT = 'ddpsafe-owner/1'
 
 def job_id() -> str|None:
@@ -66,6 +67,7 @@ class FolderInUse(RuntimeError):
         super().__init__(msg); self.path,self.owner = path,owner
     def __reduce__(self): return type(self), (str(self), self.path, self.owner)   # picklable, so `on_main` re-raises it on every rank
 
+# %% ../nbs/05a_owner.ipynb #497b5d01
 def _when(t) -> str: return time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t)) if isinstance(t, (int, float)) else '?'
 
 def describe_owner(rec:dict) -> str:

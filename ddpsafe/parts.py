@@ -15,19 +15,17 @@ from fastai.learner import Learner
 from fastai.optimizer import OptimWrapper
 from fastai.torch_core import get_model
 from . import __version__
-from .core import *
+from .core import rank, world, is_main, coordinating, all_ranks, loaded_class, CheckpointMismatch
 from .io import writer_for, checkpoint_writers   # `from ddpsafe.parts import checkpoint_writers` still works
 from .snapshot import map_tensors
 from .manifest import uncompiled_key, SHARD_INDEX
 from .sharded import is_sharded, full_weights, load_full_weights, full_optimizer_state, shard_optimizer_state
 
 # %% auto #0
-__all__ = ['PART_MAKERS', 'POSITION', 'LEGACY_PARTS', 'Part', 'register_part', 'model_weights', 'load_weights', 'rng_state',
-           'set_rng_state', 'rank_rng_state', 'unknown_order', 'loader_kind', 'loader_name', 'loader_state',
-           'set_loader_state', 'ModelState', 'OptimizerState', 'RecorderState', 'recorded', 'TrackerState',
-           'LoaderState', 'RNGState', 'loader_note', 'stop_persistent_workers', 'PositionState', 'SetupState',
-           'ScalerState', 'scaler_part', 'state_digest', 'UserState', 'callback_parts', 'TrainingState', 'fitting',
-           'late_callbacks_note', 'own_state', 'check_parts']
+__all__ = ['PART_MAKERS', 'POSITION', 'Part', 'register_part', 'model_weights', 'load_weights', 'rng_state', 'set_rng_state',
+           'unknown_order', 'loader_kind', 'loader_name', 'loader_state', 'set_loader_state', 'ModelState',
+           'OptimizerState', 'RecorderState', 'recorded', 'TrackerState', 'LoaderState', 'RNGState', 'PositionState',
+           'SetupState', 'ScalerState', 'scaler_part', 'UserState', 'TrainingState']
 
 # %% ../nbs/07b_parts.ipynb #7b000010
 class Part:
@@ -387,6 +385,7 @@ class UserState(Part):
     def at_resume_point(self):
         if self.resumed is not None: self.obj.load_state_dict(self.resumed); self.resumed = None
 
+# %% ../nbs/07b_parts.ipynb #86147703
 @register_part
 def callback_parts(learn:Learner) -> list:
     "A part for each callback of the fit whose class defines `state_dict` and `load_state_dict`"
@@ -397,9 +396,7 @@ def callback_parts(learn:Learner) -> list:
         out.append(UserState(cb.name if seen[cb.name] == 1 else f'{cb.name}_{seen[cb.name]}', cb))
     return out
 
-# %% ../nbs/07b_parts.ipynb #7b000030
-LEGACY_PARTS = ('model', 'optimizer', 'recorder', 'trackers', 'loaders', 'rng')   # what checkpoints held before the registry named their parts
-
+# %% ../nbs/07b_parts.ipynb #96cddc43
 class TrainingState:
     "The registry of one fit's training state: every part a checkpoint holds, in the order a resume loads them"
     def __init__(self, learn:Learner,  # The `Learner` of the fit
@@ -429,6 +426,9 @@ class TrainingState:
         "Call method `name` of each part that has it: `begin_epoch`, `end_epoch`, `at_resume_point`"
         for p in self:
             if callable(f := getattr(p, name, None)): fitting(p, f) if name == 'at_resume_point' else f()
+
+# %% ../nbs/07b_parts.ipynb #d4a2fc3d
+LEGACY_PARTS = ('model', 'optimizer', 'recorder', 'trackers', 'loaders', 'rng')   # what checkpoints held before the registry named their parts
 
 def fitting(p:Part, f, *args):
     "`f(*args)`, a step of setting part `p`'s state: an error there is a `CheckpointMismatch` naming its file and the part"

@@ -10,7 +10,7 @@ import sys, importlib.abc, importlib.util
 from .core import _stands_for
 
 # %% auto #0
-__all__ = ['fastai_stock', 'fastai_patches', 'when_imported', 'patch_fastai', 'once_a_process']
+__all__ = ['fastai_stock', 'fastai_patches', 'patch_fastai']
 
 # %% ../nbs/00b_patching.ipynb #4299ebb3
 class _AfterImport(importlib.abc.MetaPathFinder):

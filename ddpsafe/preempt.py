@@ -15,10 +15,8 @@ from .patching import fastai_stock, patch_fastai
 from .commit import storage_for, as_path
 
 # %% auto #0
-__all__ = ['POLL_SECONDS', 'REMOTE_SWITCH_SECONDS', 'MAX_STEPS_PER_ROUND', 'ROUND_SHARE', 'WORKER_GRACE_SECONDS',
-           'WORKER_START_SECONDS', 'WORKER_START_TRIES', 'StopRequests', 'stop_signals', 'signals_blocked',
-           'stop_workers', 'fork_deadlock_prone', 'WorkerStartError', 'stuck_workers', 'watch_worker_start',
-           'REQUEUE_EXIT_CODE']
+__all__ = ['POLL_SECONDS', 'REMOTE_SWITCH_SECONDS', 'MAX_STEPS_PER_ROUND', 'ROUND_SHARE', 'WORKER_START_SECONDS', 'StopRequests',
+           'fork_deadlock_prone', 'WorkerStartError', 'stuck_workers', 'REQUEUE_EXIT_CODE']
 
 # %% ../nbs/06_preempt.ipynb #d35fd14c
 from .manifest import REQUEUE_EXIT_CODE   # 75: sysexits' EX_TEMPFAIL, 'try again'; defined with the checkpoint format, which `ddpsafe-status` reads
@@ -206,7 +204,11 @@ atexit.register(stop_workers)   # registered after `multiprocessing`'s exit func
 
 # %% ../nbs/06_preempt.ipynb #fb4ac28d
 WORKER_START_SECONDS = 10.   # a forked worker not in its loop by then is stuck in the interpreter's after-fork
+
+# %% ../nbs/06_preempt.ipynb #fb4ac201
 WORKER_START_TRIES = 3       # starts of one iterator's workers before `WorkerStartError`
+
+# %% ../nbs/06_preempt.ipynb #fb4ac202
 _FORK_FIXED = {(3,8): (3,8,20), (3,9): (3,9,20), (3,10): (3,10,15), (3,11): (3,11,10)}   # the releases with gh-112275's fix
 
 def fork_deadlock_prone(version:tuple|None=None) -> bool: # (major, minor, micro); default: this interpreter's

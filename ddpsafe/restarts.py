@@ -11,7 +11,7 @@ from datetime import timedelta
 import torch.distributed as dist
 
 # %% auto #0
-__all__ = ['RESTART_FLAGS', 'restart_count', 'uses_agent_store', 'restart_store', 'restart_failure', 'init_default_group']
+__all__ = ['init_default_group']
 
 # %% ../nbs/00a_restarts.ipynb #d548f8ea
 def restart_count() -> int:

@@ -18,12 +18,12 @@ from .io import safe_load, UnsafePickleError
 from .commit import storage_for, as_path
 from .manifest import *
 from .learner import fastai_safe_globals, CheckpointMismatch
-from .parts import *
+from .core import loaded_class
+from .manifest import uncompiled_key
+from .parts import LEGACY_PARTS, check_parts
 
 # %% auto #0
-__all__ = ['ROLLED_BACK', 'model_signature', 'optimizer_signature', 'fit_method', 'fit_signature', 'setup_signature',
-           'setup_changes', 'choose_checkpoint', 'read_checkpoint_file', 'chosen_checkpoint', 'check_setup',
-           'position_in', 'restore']
+__all__ = ['setup_signature', 'choose_checkpoint', 'read_checkpoint_file', 'restore']
 
 # %% ../nbs/07e_resume.ipynb #28b6d383
 def _name(f) -> str:
@@ -67,6 +67,7 @@ def fit_signature(learn:Learner) -> dict:
               for cb in learn.cbs if isinstance(cb, loaded_class('fastai.callback.schedule', 'ParamScheduler')) for h, f in cb.scheds.items()}
     return dict(method=fit_method(learn), n_epoch=learn.n_epoch, schedule=scheds)
 
+# %% ../nbs/07e_resume.ipynb #7ee2ad01
 def setup_signature(learn:Learner) -> dict:
     "The model, optimizer and fit a resume must match"
     return dict(model=model_signature(learn.model), optimizer=optimizer_signature(learn), fit=fit_signature(learn))
@@ -125,6 +126,7 @@ def read_checkpoint_file(ck:Path, # A checkpoint folder
 # %% ../nbs/07e_resume.ipynb #08c0a002
 ROLLED_BACK = 'rolled-back-'   # the name prefix of checkpoints set aside by a resume from an older one
 
+# %% ../nbs/07e_resume.ipynb #493ad217
 def chosen_checkpoint(resume,  # A checkpoint's step, or its folder (absolute, or relative to `base`)
                       roots,   # The checkpoints folders: the newer checkpoints in each are set aside
                       base=None # The folder a relative `resume` is relative to

@@ -20,6 +20,7 @@ from .snapshot import StateBuffers, AsyncWriter, Tier, _pace
 from .sharded import write_in_shards, in_shards_to   # how a checkpoint is written in shards, and whether it is
 from .parts import checkpoint_writers
 from .upload import Uploader
+from .core import using_side_group
 
 # %% auto #0
 __all__ = ['Saver', 'fit_saver']

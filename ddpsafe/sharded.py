@@ -10,12 +10,11 @@ import torch, torch.distributed as dist
 from fastai.torch_core import get_model
 from .core import *
 from .snapshot import map_tensors
+from .core import is_dtensor, loaded_class
 
 # %% auto #0
-__all__ = ['SHARD_PLACEHOLDER', 'is_sharded', 'full_weights', 'fit_problems', 'load_full_weights', 'full_optimizer_state',
-           'shard_optimizer_state', 'fill_placeholders', 'shard_names', 'write_shards', 'read_shard_index',
-           'shard_reader', 'dcp_error', 'read_shards', 'read_whole_shards', 'write_in_shards', 'ranks_not_seeing',
-           'in_shards_to']
+__all__ = ['is_sharded', 'full_weights', 'full_optimizer_state', 'fill_placeholders', 'write_shards', 'read_shard_index',
+           'read_whole_shards', 'write_in_shards']
 
 # %% ../nbs/02a_sharded.ipynb #d068b420
 def is_sharded(model # A model, or a `Learner`'s `model` under DDP
@@ -35,6 +34,7 @@ def full_weights(model # A model that FSDP2 sharded
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, StateDictOptions
     return get_model_state_dict(get_model(model), options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
+# %% ../nbs/02a_sharded.ipynb #d068b401
 def fit_problems(now:dict,    # Name -> shape, of the model
                  saved:dict,  # Name -> shape, of the checkpoint
                  optional=()  # Names the checkpoint may lack
@@ -57,6 +57,7 @@ def load_full_weights(model, # A sharded model
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, StateDictOptions
     set_model_state_dict(m, weights, options=StateDictOptions(full_state_dict=True, strict=False))
 
+# %% ../nbs/02a_sharded.ipynb #d068b402
 def full_optimizer_state(sd:dict,            # An optimizer's `state_dict`, fastai's or torch's
                          everywhere:bool=False # Keep the whole tensors on every rank, not only on rank 0
                         ) -> dict:
@@ -67,6 +68,7 @@ def full_optimizer_state(sd:dict,            # An optimizer's `state_dict`, fast
         return t.cpu() if everywhere or is_main() else t.new_empty(0)
     return map_tensors(whole, sd)
 
+# %% ../nbs/02a_sharded.ipynb #d068b403
 def shard_optimizer_state(sd:dict,  # A fastai optimizer's full `state_dict`
                           params:list # The optimizer's parameters, in order
                          ) -> dict:
@@ -92,6 +94,7 @@ from .manifest import CorruptCheckpoint, SHARD_INDEX
 # %% ../nbs/02a_sharded.ipynb #43529e19
 SHARD_PLACEHOLDER = '<shard>' # In `optimizer.pt`: the tensor under the name that follows is in the shards
 
+# %% ../nbs/02a_sharded.ipynb #43529e01
 def fill_placeholders(tree,     # A state whose tensors were set aside: `SHARD_PLACEHOLDER` + name in their place
                       tensor_for # The tensor for a name: a function, or a dict
                      ):
@@ -103,6 +106,7 @@ def fill_placeholders(tree,     # A state whose tensors were set aside: `SHARD_P
     if isinstance(tree, (list, tuple)) and not hasattr(tree, '_fields'): return type(tree)(fill_placeholders(v, tensor_for) for v in tree)
     return tree
 
+# %% ../nbs/02a_sharded.ipynb #1225abba
 def shard_names(folder:Path|str, # A folder DCP wrote into
                 r:int            # A rank
                ) -> list:
@@ -110,6 +114,7 @@ def shard_names(folder:Path|str, # A folder DCP wrote into
     names = sorted(p.name for p in Path(folder).glob(f'__{r}_*.distcp'))
     return names + [SHARD_INDEX] if r == 0 else names
 
+# %% ../nbs/02a_sharded.ipynb #43529e02
 def write_shards(state:dict,   # Flat: name -> tensor or `DTensor`
                  folder:Path,  # A folder every rank sees
                  group=None    # The process group (default: the default one)
@@ -152,6 +157,7 @@ def read_shard_index(folder:Path|str): # A folder DCP wrote into
     except (pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError) as e:
         raise CorruptCheckpoint(f'{f}: not a readable DCP index ({type(e).__name__}: {e})') from e
 
+# %% ../nbs/02a_sharded.ipynb #d60e4a01
 @functools.cache
 def shard_reader():
     "DCP's file reader class, with the index read by `read_shard_index`; made when first asked for (DCP imported then)"

@@ -17,9 +17,11 @@ from .snapshot import map_tensors
 from .sharded import SHARD_PLACEHOLDER, fill_placeholders, read_shards, read_shard_index, fit_problems, dcp_error, _failures
 from .learner import CheckpointMismatch
 from .parts import ModelState, OptimizerState, _tied
+from .core import is_dtensor
+from .manifest import uncompiled_key
 
 # %% auto #0
-__all__ = ['shard_state', 'in_shards', 'check_shards_seen', 'shard_index', 'load_weight_shards', 'load_optimizer_shards']
+__all__ = ['shard_state']
 
 # %% ../nbs/07c_shards.ipynb #2c909442
 @patch

@@ -11,7 +11,7 @@ import torch
 from .core import is_dtensor
 
 # %% auto #0
-__all__ = ['map_tensors', 'StateBuffers', 'lower_priority', 'AsyncWriter', 'Tier']
+__all__ = ['StateBuffers', 'lower_priority', 'AsyncWriter', 'Tier']
 
 # %% ../nbs/07_snapshot.ipynb #04d9bae3
 def _is_tensor(o): return isinstance(o, torch.Tensor)

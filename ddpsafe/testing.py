@@ -13,8 +13,8 @@ import torch, torch.distributed as dist
 from .core import _portable
 
 # %% auto #0
-__all__ = ['RanksFailed', 'free_port', 'rank_env', 'WaitTimeout', 'wait_until', 'run_ranks', 'RankProcs', 'launch_ranks',
-           'run_script', 'synth_dls', 'synth_learner', 'run_without', 'S3TestServer']
+__all__ = ['RanksFailed', 'free_port', 'WaitTimeout', 'wait_until', 'run_ranks', 'RankProcs', 'launch_ranks', 'run_script',
+           'synth_dls', 'synth_learner', 'run_without', 'S3TestServer']
 
 # %% ../nbs/01_testing.ipynb #aa8189b8
 class RanksFailed(RuntimeError):

@@ -15,7 +15,7 @@ from .patching import fastai_stock, patch_fastai
 from .parts import Part, register_part
 
 # %% auto #0
-__all__ = ['whole_batches', 'lm_loader', 'same_text_order', 'hidden_state', 'set_hidden_state', 'HiddenState', 'hidden_part']
+__all__ = ['hidden_state', 'set_hidden_state', 'HiddenState', 'hidden_part']
 
 # %% ../nbs/13_text.ipynb #1ca03738
 def whole_batches(idxs:list,  # The epoch's item numbers, `n` of them, a multiple of `bs`

@@ -14,7 +14,7 @@ from .manifest import *
 from .snapshot import lower_priority
 
 # %% auto #0
-__all__ = ['upload_checkpoint', 'Uploader']
+__all__ = []
 
 # %% ../nbs/07d_upload.ipynb #e49dbe4e
 def upload_checkpoint(ck:Path, # A committed local checkpoint

@@ -6,6 +6,8 @@
     module strictly below the importer is an import cycle: a module that imports one above it.
 (b) the lines of `CheckpointCallback`'s own code: its class and the `@patch`ed methods of it in `ddpsafe/checkpoint.py`.
 (c) its constructor's parameters, and the distinct attributes its code sets (`self.X = ...`; also with `store_attr()`'s).
+(d) the names its modules export: each module's `__all__` (what `from ddpsafe.X import *` and `ddpsafe.all` give), summed;
+    `all` itself, which gathers the others, is not counted. Helpers that modules share are imported by name instead.
 
     python tools/structure.py [PACKAGE_DIR]      # default: the `ddpsafe` folder next to this one's parent
 """
@@ -134,6 +136,15 @@ def callback(tree, cls:str='CheckpointCallback') -> dict:
                 lines=_span(klass) + sum(map(_span, patches)), params=params, init_attrs=in_init, run_attrs=later - in_init,
                 attrs=in_init | later)
 
+def exported(mods:dict) -> dict:
+    "Each module's `__all__`, as its source lists it (nbdev writes it literally), but `all`'s"
+    out = {}
+    for m, tree in mods.items():
+        if m == 'all': continue
+        for n in tree.body:
+            if isinstance(n, ast.Assign) and any(getattr(t, 'id', '') == '__all__' for t in n.targets): out[m] = [e.value for e in n.value.elts]
+    return out
+
 def report(pkg:Path) -> dict:
     mods = modules(pkg)
     g = graph(mods)
@@ -152,7 +163,10 @@ def report(pkg:Path) -> dict:
     print(f"(c) constructor parameters: {len(cb['params'])}; distinct attributes set by `self.X =`: {len(cb['assigned'])}; "
           f"with store_attr's: {len(cb['attrs'])} ({len(cb['init_attrs'])} in __init__, {len(cb['run_attrs'])} more at run time: "
           f"{', '.join(sorted(cb['run_attrs']))})")
-    return dict(floors=fl, chain=chain, cycles=cycles, upward=up, callback=cb)
+    names = exported(mods)
+    print(f"(d) exported names: {sum(map(len, names.values()))} in {len(names)} modules (" + ', '.join(f'{m} {len(v)}' for m, v in
+          sorted(names.items(), key=lambda kv: -len(kv[1]))) + ')')
+    return dict(floors=fl, chain=chain, cycles=cycles, upward=up, callback=cb, exported=names)
 
 if __name__ == '__main__':
     report(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent/PKG)
