@@ -15,7 +15,8 @@ _all_ = ['file_digest', 'UPLOAD_THREADS']
 # %% auto #0
 __all__ = ['MANIFEST', 'SHARD_INDEX', 'REQUEUE_EXIT_CODE', 'STOPPED_EXIT_CODE', 'checkpoint_name', 'checkpoint_step',
            'write_checkpoint', 'CorruptCheckpoint', 'read_manifest', 'check_checkpoint', 'checkpoint_status',
-           'checkpoints', 'newest_complete', 'rotate', 'clean_incomplete', 'file_digest', 'UPLOAD_THREADS']
+           'checkpoints', 'newest_complete', 'rotate', 'clean_incomplete', 'commit_checkpoint', 'file_digest',
+           'UPLOAD_THREADS']
 
 # %% ../nbs/05_manifest.ipynb #b91605d8
 FORMAT = 'ddpsafe-checkpoint/1'
@@ -59,24 +60,32 @@ def fill_checkpoint(folder:Path,   # The temporary folder `checkpoint_folder` ga
                     files:dict,    # File name -> writer: bytes, a `FileWriter`, or a function that writes the file at the path it gets
                     meta:dict|None=None, # Anything JSON can hold, stored in the manifest (epoch, metric...)
                     written:dict|None=None, # Files already in `folder` (other ranks' shards): name -> size and xxh3
-                    storage=None   # The storage it is on, when the caller knows it (`storage_for` by default)
+                    storage=None,  # The storage it is on, when the caller knows it (`storage_for` by default)
+                    expect:dict|None=None # The files' sizes and xxh3 as another manifest lists them (a copy's source): else no manifest
                    ):
     "Write `files` into `folder`, then the manifest of them and `written`, last"
     storage = storage or storage_for(folder)
     entries = {**(written or {}), **_write_files(folder, files, storage)}
+    if expect is not None and (bad := [n for n in {**expect, **entries} if entries.get(n) != expect.get(n)]):
+        raise CorruptCheckpoint(f'{folder.parent/checkpoint_name(step)}: ' + '; '.join(f'{n} was written as {_entry(entries.get(n))}, '
+                                f'its source lists {_entry(expect.get(n))}' for n in bad) + '; nothing was committed')
     manifest = dict(format=FORMAT, step=step, time=time.time(), **(meta or {}), files=entries)
     write_file(folder/MANIFEST, json.dumps(manifest, indent=1).encode(), digest=False, storage=storage)
+
+def _entry(e:dict|None) -> str: return 'nothing' if e is None else f"{e['size']} bytes, xxh3 {e['xxh3']}"
+
 
 # %% ../nbs/05_manifest.ipynb #547aa101
 def write_checkpoint(root:Path|str,  # The checkpoints folder
                      step:int,       # Optimizer steps done: the checkpoint's name
                      files:dict,     # File name -> writer: bytes, a `FileWriter`, or a function that writes the file at the path it gets
                      meta:dict|None=None, # Anything JSON can hold, stored in the manifest (epoch, metric...)
-                     storage=None    # The storage it is on, when the caller knows it (`storage_for` by default)
+                     storage=None,   # The storage it is on, when the caller knows it (`storage_for` by default)
+                     expect:dict|None=None # The files' sizes and xxh3 as another manifest lists them (a copy's source): else nothing is committed
                     ) -> Path:
     "Write a checkpoint folder, complete or not at all"
     storage = storage or storage_for(root)
-    with checkpoint_folder(root, step, storage) as tmp: fill_checkpoint(tmp, step, files, meta, storage=storage)
+    with checkpoint_folder(root, step, storage) as tmp: fill_checkpoint(tmp, step, files, meta, storage=storage, expect=expect)
     return storage.path(root)/checkpoint_name(step)
 
 def _write_files(folder, files:dict, storage) -> dict:
@@ -213,6 +222,22 @@ def clean_incomplete(root:Path|str) -> list:
     stale = storage.unfinished(root, final=checkpoint_step, marker=MANIFEST)   # temporaries; on object storage, folders whose manifest never came
     for p in stale: storage.remove(p)
     return stale
+
+# %% ../nbs/05_manifest.ipynb #2879066b
+def commit_checkpoint(root:Path|str,  # The checkpoints folder
+                      step:int,       # Optimizer steps done: the checkpoint's name
+                      files:dict,     # File name -> writer, as `write_checkpoint` takes them
+                      meta:dict|None, # Anything JSON can hold, stored in the manifest (epoch, metric...)
+                      keep:int,       # How many of the newest complete checkpoints to keep, as `rotate` counts them
+                      comp=None,      # Is the first metric better than the second? The best is kept too; `None`: no best
+                      also=(),        # More checkpoints to keep whatever their age (one being uploaded)
+                      expect:dict|None=None, # The files' sizes and xxh3 as another manifest lists them (a copy's source)
+                      storage=None    # The storage it is on, when the caller knows it (`storage_for` by default)
+                     ) -> Path:
+    "A tier's commit: checkpoint `step` written whole (`write_checkpoint`), then the old ones rotated away (`rotate`)"
+    ck = write_checkpoint(root, step, files, meta, storage, expect)
+    rotate(root, keep, comp, written=ck, also=also, storage=storage)
+    return ck
 
 # %% ../nbs/05_manifest.ipynb #457743b5
 REQUEUE_EXIT_CODE = 75   # preempted: start the run again

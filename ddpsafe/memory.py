@@ -91,8 +91,7 @@ def commit(self:MemoryTier,
           meta:dict|None=None   # What the manifest records besides (epoch, position...)
          ) -> Path:
     "Rank 0: commit checkpoint `step` to the tier, then keep the newest `keep`; said once: what the tier holds"
-    ck = write_checkpoint(self.folder, step, files, dict(meta or {}, tier='memory'))
-    rotate(self.folder, self.keep, written=ck)
+    ck = commit_checkpoint(self.folder, step, files, dict(meta or {}, tier='memory'), self.keep)
     if str(self.folder) not in _said: _said.add(str(self.folder)); print(self.holds_note())
     return ck
 

@@ -68,9 +68,10 @@ class Saver(Tier):
         return None if self.writer is None else self.writer.seconds
 
     def _commit(self, step:int, files:dict, meta:dict, shards=None) -> Path:
-        "Rank 0 checks its claim, writes the checkpoint whole (a whole model has no shards), keeps: one outcome for `on_main`"
+        "Rank 0 checks its claim, commits the checkpoint whole (a whole model has no shards), uploads: one outcome for `on_main`"
         self.claim.check()
-        return self._rotate(write_checkpoint(self.root, step, checkpoint_writers(files), meta, self.storage))
+        return self._upload(commit_checkpoint(self.root, step, checkpoint_writers(files), meta, self.keep, self.comp,
+                                              self._uploading(), storage=self.storage))
 
     def _write_shards(self, step:int, files:dict, meta:dict, shards:dict, background:bool=False) -> Path:
         "Every rank writes its shards, rank 0 the rest; then rank 0 keeps (in the background: on the writers' own group)"
@@ -78,10 +79,18 @@ class Saver(Tier):
             return write_in_shards(self.root, step, checkpoint_writers(files), meta, shards, self.claim.check, self._rotate)
 
     def _rotate(self, ck:Path) -> Path:
-        "Rank 0, after committing `ck`: the newest `keep` and the best stay (and any being uploaded); then `ck` goes to the uploader"
-        rotate(self.root, self.keep, self.comp, written=ck,    # `ck` was hashed as written
-               also=self.uploader.in_use() if self.uploader else (), storage=self.storage)
-        if self.uploader is not None: self._upload(ck)
+        "Rank 0, after every rank's shards of `ck` are in: rotate as `commit_checkpoint` does, then upload"
+        rotate(self.root, self.keep, self.comp, written=ck, also=self._uploading(), storage=self.storage)   # `ck` was hashed as written
+        return self._upload(ck)
+
+    def _uploading(self) -> list: return self.uploader.in_use() if self.uploader else []   # rotation keeps these
+
+    def _upload(self, ck:Path) -> Path:
+        "Hand `ck` to the uploader, if there is one; warn of an upload that failed"
+        if self.uploader is None: return ck
+        if (err := self.uploader.take_error()) is not None:
+            warnings.warn(f'ddpsafe: uploading {err[0]} to {self.uploader.root} failed ({err[1]}); it is kept in {self.root}, the next upload tries again')
+        self.uploader.submit(ck)
         return ck
 
 # %% ../nbs/07f_saver.ipynb #7f000013
@@ -126,13 +135,6 @@ def close(self:Saver):
         if c is not None: c.release()                    # rank 0's; the other ranks hold inactive copies
 
 # %% ../nbs/07f_saver.ipynb #7f000016
-@patch
-def _upload(self:Saver, ck:Path):
-    "Hand `ck` to the uploader; warn of an upload that failed"
-    if (err := self.uploader.take_error()) is not None:
-        warnings.warn(f'ddpsafe: uploading {err[0]} to {self.uploader.root} failed ({err[1]}); it is kept in {self.root}, the next upload tries again')
-    self.uploader.submit(ck)
-
 @patch
 def finish(self:Saver, timeout:float|None=None): # At most this many seconds for the uploads; `None`: until they are done
     "Wait for the uploads; say where the newest checkpoint is; every rank calls it"

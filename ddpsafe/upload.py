@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil, threading
 from pathlib import Path
 from fastcore.basics import store_attr
-from .commit import discard, FileWriter
+from .commit import FileWriter
 from .manifest import *
 from .snapshot import lower_priority
 
@@ -17,21 +17,19 @@ from .snapshot import lower_priority
 __all__ = []
 
 # %% ../nbs/07d_upload.ipynb #e49dbe4e
-def upload_checkpoint(ck:Path, # A committed local checkpoint
-                      root     # Where to copy it: a checkpoints folder or URL
+def upload_checkpoint(ck:Path,  # A committed local checkpoint
+                      root,     # Where to copy it: a checkpoints folder or URL
+                      keep:int, # How many of the newest to keep there (and the best)
+                      comp=None # `np.less` or `np.greater`: which metric is the best; `None`: no best
                      ) -> Path:
-    "Copy checkpoint `ck` into `root` through the commit protocol, checking every file against `ck`'s manifest"
+    "Copy checkpoint `ck` into `root` and rotate there (`commit_checkpoint`); a file that differs from `ck`'s manifest commits nothing"
     man = read_manifest(ck)
     def copy(name):
         def write_to(f):
             with open(ck/name, 'rb') as src: shutil.copyfileobj(src, f, 1<<22)
         return FileWriter(write_to)
     meta = {k: v for k, v in man.items() if k not in ('format', 'step', 'time', 'files')}
-    up = write_checkpoint(root, man['step'], {n: copy(n) for n in man['files']}, meta)
-    if read_manifest(up)['files'] != man['files']:
-        discard(up, MANIFEST)
-        raise CorruptCheckpoint(f'{ck}: its files changed while they were uploaded to {up}; the copy was removed')
-    return up
+    return commit_checkpoint(root, man['step'], {n: copy(n) for n in man['files']}, meta, keep, comp, expect=man['files'])
 
 # %% ../nbs/07d_upload.ipynb #ac2e2c0b
 class Uploader:
@@ -60,9 +58,8 @@ class Uploader:
                 if self.pending is None: return
                 self.current, self.pending = self.pending, None
             try:
-                up = upload_checkpoint(self.current, self.root)
+                upload_checkpoint(self.current, self.root, self.keep, self.comp)
                 self.uploaded = self.current
-                rotate(self.root, self.keep, self.comp, written=up)
             except BaseException as e: self.error = (self.current, e)
             finally:
                 with self.cond: self.current = None; self.cond.notify_all()
