@@ -12,8 +12,8 @@ from pathlib import Path
 import xxhash
 
 # %% auto #0
-__all__ = ['UPLOAD_ATTEMPTS', 'UPLOAD_BACKOFF', 'UPLOAD_THREADS', 'LocalStorage', 'ObjectStorage', 'storage_for', 'as_path',
-           'temporary_of', 'discard', 'committing', 'file_digest', 'FileWriter', 'write_file', 'commit_file',
+__all__ = ['UPLOAD_ATTEMPTS', 'UPLOAD_BACKOFF', 'UPLOAD_THREADS', 'Storage', 'LocalStorage', 'ObjectStorage', 'storage_for',
+           'as_path', 'temporary_of', 'discard', 'committing', 'file_digest', 'FileWriter', 'write_file', 'commit_file',
            'temporaries', 'clean_temporaries']
 
 # %% ../nbs/01a_commit.ipynb #9b0d75ef
@@ -26,8 +26,38 @@ def is_url(p # A path, a string, or a `UPath`
     if (proto := getattr(p, 'protocol', None)) is not None: return proto not in _LOCAL
     return isinstance(p, str) and (m := re.match(r'([a-zA-Z][\w+.-]*)://', p)) is not None and m[1] not in _LOCAL
 
+# %% ../nbs/01a_commit.ipynb #f03fd40d
+class Storage:
+    """Where checkpoints are kept; `storage_for` gives one. A commit calls, in this order: `make_dir` (the checkpoints
+    folder); `committing` (a file, or a folder with its marker), inside which `write` writes each file and `fsync` makes
+    it durable, and whose exit puts it in place; then `discard` for each checkpoint rotated away. Before a run's first
+    commit: `restore_replaced`, then `remove` each of the `unfinished`. Readers call `folders`, `sizes`, `names` and
+    `open`, any time."""
+    local:bool            # Paths are this machine's files: `open`, torch and DCP write them; each rank sees its own
+    renames:bool          # A folder is renamed in one step
+    exclusive_create:bool # A file can be created only where none is (`O_EXCL`): owner records
+    cheap_listing:bool    # Listing a folder is a system call, not a request over the network
+    writers:int           # How many of a checkpoint's files are written side by side
+    def path(self, p): "`p`, a string or a path, as this storage's path (`Path`, `UPath`)"
+    def resolve(self, p, base=None): "`p`, relative to `base` where the storage has relative paths"
+    def absolute(self, p): "`p` made absolute"
+    def make_dir(self, p): "Folder `p` and its parents, where the storage has folders"
+    def names(self, folder) -> set: "The names in `folder`"
+    def sizes(self, folder) -> dict: "File name -> size, for the files in `folder`; `{}` for none"
+    def folders(self, root) -> list: "The folders in `root`, by name"
+    def open(self, path): "`path`, open to read bytes"
+    def fsync(self, path): "`path`, written, made durable"
+    def write(self, path, writer, digest:bool=True) -> dict|None: "`path` written whole by `writer`: its size and xxh3"
+    def committing(self, final, folder=False, what=None, kept=_KEPT, marker=None):
+        "A context: where to write `final` (a file, or a `folder` counted once `marker` is in); its exit commits it"
+    def discard(self, path, marker=None): "`path` gone from its name in one step (its `marker` first)"
+    def remove(self, path): "A leftover `path` removed"
+    def temporaries(self, folder, final=None) -> list: "(path, kind) of each leftover of an unfinished commit"
+    def unfinished(self, root, final=None, marker=None) -> list: "The leftovers of commits that never finished"
+    def restore_replaced(self, folder, final=None) -> list: "What a crash left replaced by nothing, put back"
+
 # %% ../nbs/01a_commit.ipynb #9b0d7501
-class LocalStorage:
+class LocalStorage(Storage):
     "A folder of this machine's filesystem: rename, fsync, exclusive create"
     local = True             # paths are this machine's files: `open`, torch and DCP write them; each rank can check its own copy
     renames = True           # a folder is renamed in one step
@@ -47,11 +77,9 @@ class LocalStorage:
     def make_dir(self, p): self.path(p).mkdir(parents=True, exist_ok=True)
     def names(self, folder) -> set: return set(os.listdir(folder))
     def sizes(self, folder) -> dict:
-        "File name -> size, for the files in `folder`"
         folder = self.path(folder)
         return {f.name: f.stat().st_size for f in folder.iterdir() if f.is_file()} if folder.is_dir() else {}
     def folders(self, root) -> list:
-        "The folders in `root`, by name"
         root = self.path(root)
         return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
     def open(self, path): return open(path, 'rb', buffering=0)
@@ -66,7 +94,7 @@ class LocalStorage:
     def restore_replaced(self, folder, final=None) -> list: return _restore_replaced(self.path(folder), final)
 
 # %% ../nbs/01a_commit.ipynb #80d50ab8
-class ObjectStorage:
+class ObjectStorage(Storage):
     "An fsspec filesystem (S3...) through `UPath`: one object is written whole or not at all; no rename, no fsync"
     local = renames = exclusive_create = cheap_listing = False
     def __init__(self, storage_options:dict|None=None): self.storage_options = storage_options or {}   # passed to fsspec for a URL given as a string
