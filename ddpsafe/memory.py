@@ -41,11 +41,10 @@ def memory_folder(root,              # The run's checkpoints folder (or URL): it
     return shm/f'ddpsafe-{_user()}-{xxhash.xxh3_64_hexdigest(str(storage_for(root).absolute(root)).encode())[:12]}'
 
 # %% ../nbs/07g_memory.ipynb #7a000009
-def _open_folder(folder:Path) -> bool:
-    "Make `folder`, readable by this user only; was it there already?"
-    found = folder.is_dir()
+def _private(folder:Path) -> Path:
+    "`folder`, made if it is not there yet, readable by this user only"
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return found
+    return folder
 
 class MemoryTier(Tier):
     "A run's checkpoints in node-local RAM: one every `every_steps` optimizer steps, committed by rank 0, the newest `keep` kept"
@@ -56,7 +55,7 @@ class MemoryTier(Tier):
         if not (isinstance(every_steps, int) and every_steps >= 1): raise ValueError(f'memory_every_steps={every_steps!r}: a number of optimizer steps, 1 or more')
         if not (isinstance(keep, int) and keep >= 1): raise ValueError(f'memory_keep={keep!r}: a number of checkpoints, 1 or more')
         self.folder, self.every_steps, self.keep = Path(folder), every_steps, keep
-        self.found = on_main(_open_folder, self.folder)   # on rank 0's node, as this launch began
+        self.found = on_main(self.folder.is_dir)   # on rank 0's node, as this launch began; made by the first commit
         self.writer, self.buffers = AsyncWriter(), StateBuffers()   # its own: a disk write in flight never delays it
         self.step = self.submitted = None       # the write in flight: its step, when it was handed over
         self.skipped = self.off = False         # has a save been skipped this fit? did a write fail?
@@ -91,7 +90,7 @@ def commit(self:MemoryTier,
           meta:dict|None=None   # What the manifest records besides (epoch, position...)
          ) -> Path:
     "Rank 0: commit checkpoint `step` to the tier, then keep the newest `keep`; said once: what the tier holds"
-    ck = commit_checkpoint(self.folder, step, files, dict(meta or {}, tier='memory'), self.keep)
+    ck = commit_checkpoint(_private(self.folder), step, files, dict(meta or {}, tier='memory'), self.keep)
     if str(self.folder) not in _said: _said.add(str(self.folder)); print(self.holds_note())
     return ck
 
