@@ -1,5 +1,6 @@
 """A plain PyTorch script under `torchrun --max-restarts` (tests/test_restarts.py): rank 1 SIGKILLs itself once the group has
-started, in each of the first `KILLS` attempts; the last attempt must start its group, all-reduce and end cleanly.
+started, in each of the first `KILLS` attempts whose group started (counted in the file `kills` of the working folder: an
+attempt that could not start its group does not use up a kill); the next attempt must start its group, all-reduce and end.
 
     torchrun --nproc_per_node 2 --max-restarts 2 restart_plain.py ddpsafe|torch
 
@@ -19,7 +20,10 @@ else: dist.init_process_group('gloo', timeout=timeout)
 g = dist.new_group(backend='gloo')               # a second group, as ddpsafe's side group is
 x = torch.ones(1); dist.all_reduce(x); dist.all_reduce(x, group=g)
 print(f'STARTED rank {r} attempt {n}', flush=True)
-if n < kills and r == 1: time.sleep(0.5); os.kill(os.getpid(), signal.SIGKILL)
+def killed() -> int: return len(open('kills').readlines()) if os.path.exists('kills') else 0
+if r == 1 and killed() < kills:
+    with open('kills', 'a') as f: f.write(f'attempt {n}\n')
+    time.sleep(0.5); os.kill(os.getpid(), signal.SIGKILL)
 dist.barrier()
 print(f'DONE rank {r} attempt {n}', flush=True)
 dist.destroy_process_group()

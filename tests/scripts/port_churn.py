@@ -1,0 +1,36 @@
+"""Run a command in a network namespace of its own, beside a process that keeps taking and freeing ports as a busy
+machine's other jobs do (tests/test_restarts.py, the port race of torchrun's c10d recipe). The namespace keeps the churn
+away from every other test; it has only loopback.
+
+    python port_churn.py HELD -- CMD ...     # exit code: CMD's
+
+HELD: how many listening sockets on kernel-chosen ports the churn holds at once, freeing the oldest for each new one."""
+import os, sys, ctypes, fcntl, socket, struct, subprocess, collections, resource
+
+CLONE_NEWNET, SIOCSIFFLAGS, IFF_UP = 0x40000000, 0x8914, 0x1
+
+def own_network():
+    "Enter a new network namespace and bring its loopback up"
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNET) != 0: sys.exit(f'port_churn: unshare(CLONE_NEWNET) failed: {os.strerror(ctypes.get_errno())}')
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack('16sH22x', b'lo', IFF_UP))
+
+def churn(held:int):
+    "Take a port, free the oldest: forever"
+    socks = collections.deque()
+    while True:
+        s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); socks.append(s)
+        if len(socks) > held: socks.popleft().close()
+
+if __name__ == '__main__':
+    held, cmd = int(sys.argv[1]), sys.argv[sys.argv.index('--') + 1:]
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, held + 1000)), hard))
+    own_network()
+    if (pid := os.fork()) == 0:
+        try: churn(held)
+        finally: os._exit(0)
+    try: code = subprocess.call(cmd)
+    finally: os.kill(pid, 9); os.waitpid(pid, 0)
+    sys.exit(code)
