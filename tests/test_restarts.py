@@ -94,6 +94,17 @@ def port_races(out:str) -> int:
     rank 0 listens there (`EADDRINUSE`). Rank 0's error says so once per start it ended"""
     return len(re.findall(r'(?i)address already in use', out))
 
+def launch_plain(cmd:list, env:dict, cwd:Path, timeout:float) -> tuple:
+    "(output, exit code) of a launch of the plain script; the exit code is `None` when it did not end in `timeout` s"
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
+                         start_new_session=True)
+    try: return p.communicate(timeout=timeout)[0], p.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)   # torchrun and its workers, not torchrun alone
+        return p.communicate()[0], None
+
+def not_done(out:str) -> list: return [r for r in '01' if f'DONE rank {r}' not in out]
+
 @needs_torchrun
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize('how, rdzv', [('ddpsafe', 'default'), ('torch', 'c10d')])
@@ -106,21 +117,20 @@ def test_plain_torch_restarts(tmp_path, how, rdzv):
     cmd = torchrun_cmd('--max-restarts', '3', *flags) + [str(PLAIN), how]
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1', 'KILLS': '2', **{k: str(v) for k, v in extra.items()}}
     t0 = time.monotonic()
-    try: p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=170, cwd=tmp_path)
-    except subprocess.TimeoutExpired as e:
-        out = (e.stdout or b'').decode(errors='replace') if isinstance(e.stdout, bytes) else (e.stdout or '')
+    out, code = launch_plain(cmd, env, tmp_path, 170)
+    if code is None:
         started = re.findall(r'STARTED rank (\d) attempt (\d)', out)
-        pytest.fail(f'{how}/{rdzv}: torchrun did not end within 170 s; groups started (rank, attempt): {started}\n{out[-3000:]}')
-    out = p.stdout + p.stderr
+        pytest.fail(f'{how}/{rdzv}: torchrun did not end within 170 s: rank(s) {not_done(out)} never ended; groups started '
+                    f'(rank, attempt): {started}\n{out[-3000:]}')
     started, done = re.findall(r'STARTED rank (\d) attempt (\d)', out), re.findall(r'DONE rank (\d) attempt (\d)', out)
     kills = (tmp_path/'kills').read_text().split('\n')[:-1] if (tmp_path/'kills').exists() else []
     last = max((int(a) for _, a in done), default=-1)
     not_started = [a for a in range(last + 1) if (str(a) not in {x for _, x in started})]
     races = port_races(out)
-    report(launch=f'plain torch ({how}), torchrun --max-restarts 3 ({rdzv})', exit=p.returncode, started=sorted(started),
+    report(launch=f'plain torch ({how}), torchrun --max-restarts 3 ({rdzv})', exit=code, started=sorted(started),
            kills=kills, port_races=races, connect_failures=out.count('connectFullMesh failed'),
            seconds=round(time.monotonic() - t0, 1))
-    assert p.returncode == 0, f'{how}/{rdzv}: torchrun exited {p.returncode}; groups started: {sorted(started)}\n{out[-4000:]}'
+    assert code == 0, f'{how}/{rdzv}: torchrun exited {code}; groups started: {sorted(started)}\n{out[-4000:]}'
     assert len(kills) == 2, f'{how}/{rdzv}: rank 1 killed itself {len(kills)} times, not 2: {kills}\n{out[-3000:]}'
     assert sorted(done) == [('0', str(last)), ('1', str(last))], (done, out[-3000:])
     assert all(sorted(r for r, a in started if a == x) == ['0', '1'] for _, x in started), f'a start reached only one rank: {started}'
@@ -137,12 +147,11 @@ def churned_restart(folder:Path, how:str, rdzv:str) -> str|None:
     flags, extra = RDZV[rdzv]
     cmd = [sys.executable, str(CHURN), '15000', '--'] + torchrun_cmd('--max-restarts', '1', *flags) + [str(PLAIN), how]
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1', 'KILLS': '1', **{k: str(v) for k, v in extra.items()}}
-    try: p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=150, cwd=folder)
-    except subprocess.TimeoutExpired: return 'hang'
-    out = p.stdout + p.stderr
+    out, code = launch_plain(cmd, env, folder, 150)
+    if code is None: return f'hang: rank(s) {not_done(out)} did not end within 150 s'
     if 'port_churn:' in out: pytest.fail(out[-2000:])
-    if p.returncode == 0 and len(re.findall(r'DONE rank \d', out)) == 2: return None
-    return 'EADDRINUSE' if port_races(out) else f'exit {p.returncode}: {out[-300:]}'
+    if code == 0 and len(re.findall(r'DONE rank \d', out)) == 2: return None
+    return 'EADDRINUSE' if port_races(out) else f'exit {code}: {out[-300:]}'
 
 @needs_torchrun
 @pytest.mark.timeout(400)
