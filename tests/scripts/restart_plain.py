@@ -8,6 +8,7 @@ attempt that could not start its group does not use up a kill); the next attempt
 `STARTED rank r attempt n` after the first all-reduce of each attempt, `DONE rank r attempt n` at the end."""
 import os, sys, time, signal
 from datetime import timedelta
+from pathlib import Path
 import torch, torch.distributed as dist
 
 how, kills = sys.argv[1], int(os.environ.get('KILLS', '2'))
@@ -20,7 +21,7 @@ else: dist.init_process_group('gloo', timeout=timeout)
 g = dist.new_group(backend='gloo')               # a second group, as ddpsafe's side group is
 x = torch.ones(1); dist.all_reduce(x); dist.all_reduce(x, group=g)
 print(f'STARTED rank {r} attempt {n}', flush=True)
-def killed() -> int: return len(open('kills').readlines()) if os.path.exists('kills') else 0
+def killed() -> int: return Path('kills').read_text().count('\n') if Path('kills').exists() else 0
 if r == 1 and killed() < kills:
     with open('kills', 'a') as f: f.write(f'attempt {n}\n')
     time.sleep(0.5); os.kill(os.getpid(), signal.SIGKILL)
