@@ -11,6 +11,7 @@ from functools import partial
 import numpy as np
 from fastcore.basics import patch, store_attr
 from fastai.learner import Learner
+from fastai.torch_core import get_model
 from fastai.callback.core import CancelFitException, CancelEpochException, CancelStepException, CancelBackwardException
 from .core import *
 from .patching import fastai_stock, patch_fastai, once_a_process   # fastai's loops, patched here
@@ -26,9 +27,8 @@ from .memory import fit_memory_tier
 from .saver import *   # how a checkpoint is written and kept
 from .interval import *   # when a timed save is due
 from .resume import *   # what a resume stands on: what a checkpoint must match, which one it takes, how it is loaded
-from .resume import _name
+from .resume import _name, checkpoint_for_fit, reload_weights, resume_message, world_change_message, retrain_message
 from .parts import loader_note, stop_persistent_workers, late_callbacks_note
-from .resume import chosen_checkpoint
 from .shards import shard_index
 
 # %% auto #0
@@ -187,7 +187,7 @@ def before_fit(self:CheckpointCallback):
     self.parts = TrainingState(self.learn, self.extra, header=[position, SetupState(setup_signature(self.learn))])   # and the run's facts
     say(late_callbacks_note(self.parts, self.order)); say(loader_note(self.dls.train))
     self.stopped_by, self.ran_epoch = None, False
-    self.epoch_due, self.pending_grads, self.stepped = False, False, False
+    self.epoch_due, self.pending_grads, self.stepped, self.saved_weights, self.replayed = False, False, False, None, None
     started = time.monotonic()
     self.stops = StopRequests(self.signals, self.saver.root, self.save_switch, self.stop_switch, self.poll_seconds).install()
     if run.fits_left and run.stopped: raise CancelFitException()   # a stop request ended an earlier fit of this `fine_tune`: the rest waits for the resume
@@ -208,15 +208,29 @@ def exit_quickly(code:int # The exit status
     atexit.register(gc.freeze)   # the last registered runs first: the other handlers run after it, as usual
     raise SystemExit(code)
 
+# %% ../nbs/08_checkpoint.ipynb #5f7c482b
+def weights_version(model) -> int:
+    "A count that grows whenever the unwrapped `model`'s weights change in place through torch (an optimizer's step, `load_state_dict`)"
+    m = get_model(model)
+    return sum(getattr(t, '_local_tensor', t)._version for t in (*m.parameters(), *m.buffers()))   # a sharded tensor: its local shard's
+
+# %% ../nbs/08_checkpoint.ipynb #5f7c482d
+@patch
+def _changed_at_end(self:CheckpointCallback) -> bool:
+    "Did a callback change the weights after the last save of a fit that ran to its end (a `SaveModelCallback` loading its best)? Rank 0's answer"
+    if self.saved_weights is None or self.stopped_by or self.progress.in_train or self.epoch+1 < self.n_epoch: return False   # a stop's checkpoint is where the run goes on
+    return agree(weights_version(self.learn.model) != self.saved_weights)
+
 # %% ../nbs/08_checkpoint.ipynb #277490e1
 @patch
 def after_fit(self:CheckpointCallback):
-    "Save the fit's end; act on a stop request from the last round; after a signal, exit"
+    "Save the fit's end (again if a callback changed the weights since its last save); act on a stop request from the last round; after a signal, exit"
     run = run_state(self.learn)
     try:
         late = dict(_NOT_ASKED) if self.stopped_by else self.stops.last_round()   # requests not yet agreed as the loop ended
         reason = 'signal' if late['signal'] else 'switch' if late['stop'] else 'end'
-        if self.ran_epoch: self.save(reason, stop=late['stop'], finished=run.fits_left <= 1)
+        if self.ran_epoch: self.save(reason, stop=late['stop'], finished=run.fits_left <= 1, again=self._changed_at_end())
+        if self.replayed: self.replayed()   # a fit that had ended: its end's weights again, over what callbacks loaded from files a later fit rewrote
         if late['stop']: self._stop(late)
         self.saver.end(self.upload_wait if self.stopped_by == 'signal' else None, saved=self.ran_epoch)   # the uploads: after a signal, `upload_wait` s at most
     finally:
@@ -322,11 +336,12 @@ def save(self:CheckpointCallback,
          reason:str='request', # Why: 'epoch', 'steps', 'time', 'end', 'signal', 'switch'... (recorded in the manifest)
          stop:bool=False,      # Does the run stop after this checkpoint (a signal or the stop switch)?
          finished:bool=False,  # Is this the normal end of the run's last fit?
-         to=None               # The tier: `None` for the disk; `self.memory` for the memory tier (`memory_every_steps`), which skips a save while its last write is in flight, and leaves the disk's position and timer as they are
+         to=None,              # The tier: `None` for the disk; `self.memory` for the memory tier (`memory_every_steps`), which skips a save while its last write is in flight, and leaves the disk's position and timer as they are
+         again:bool=False      # Save it again if already saved (the weights changed since: a callback loaded its best model as the fit ended)
         ) -> bool:
     "Save this step boundary; `False` if already saved"
     pos = self.position()
-    if (pos['global_step'], pos['epoch_done']) == self.progress.saved and not (stop and not self.progress.saved_stop): return False   # a late stop saves its step again: the manifest must say it
+    if (pos['global_step'], pos['epoch_done']) == self.progress.saved and not again and not (stop and not self.progress.saved_stop): return False   # a late stop saves its step again: the manifest must say it
     began = time.monotonic()   # what training waits for, from here: `every_seconds='auto'` weighs it
     tier = to or self.saver
     if not tier.ready(pos['global_step']): return False   # the disk waits for its write in flight (said); the memory tier skips, nothing collected
@@ -335,41 +350,24 @@ def save(self:CheckpointCallback,
     with step_lock(self.learn): files, meta['parts'], shards = self.parts.to_files(self.saver.sharded)   # every rank, one step boundary
     tier.save(pos['global_step'], files, meta, shards)     # written as this fit chose: now or in the background, whole or in shards
     if tier is not self.saver: return True
-    self.progress.saved, self.progress.saved_stop = (pos['global_step'], pos['epoch_done']), stop
+    self.progress.saved, self.progress.saved_stop, self.saved_weights = (pos['global_step'], pos['epoch_done']), stop, weights_version(self.learn.model)
     self.timer.saved(time.monotonic() - began, self.saver.write_seconds)
     return True
 
 # %% ../nbs/08_checkpoint.ipynb #ba157142
 def resume_checkpoint(saver,       # The fit's `Saver` ([saver](saver.html)): its folders and its memory tier are where a resume looks
                       resume=True, # True: the newest complete checkpoint among them; a step or a checkpoint folder: that one (`chosen_checkpoint`)
-                      base=None    # The folder a relative `resume` is relative to
+                      base=None,   # The folder a relative `resume` is relative to
+                      fit:int|None=None # The fit's index in the run: a fit that a later one's checkpoint shows had ended gets its own last one (`checkpoint_for_fit`)
                      ) -> tuple:
     "The checkpoint a fit resumes from and its manifest, or `(None, None)`: rank 0's choice, on every rank; collective"
     memory = saver.memory and saver.memory.settle()   # its write in flight done first; `None` once it failed
     roots = list(filter(None, (saver.root, saver.far, memory and memory.folder)))   # the memory tier last: a tie goes to the disk's
-    ck, man, skipped = on_main(choose_checkpoint, *roots) if resume is True else on_main(chosen_checkpoint, resume, roots, base)
+    ck, man, skipped = on_main(checkpoint_for_fit, roots, fit, resume, base)
     for p, why in skipped: warnings.warn(f'ddpsafe: skipping checkpoint {p}: {"; ".join(why)}')
     if memory is not None and is_main() and (note := memory.resume_note(ck, skipped)): print(note)
     if ck is not None: saver.catch_up(ck)     # a local checkpoint that `path` lacks: uploaded
     return ck, man
-
-# %% ../nbs/08_checkpoint.ipynb #8c000002
-def resume_message(ck:Path, state:dict, n_epoch:int, n_batches:int) -> str:
-    "What a resume from `ck` did, in words"
-    if state['epoch_done'] and state['epoch']+1 >= n_epoch:
-        return (f'ddpsafe: this fit already finished in {ck} (step {state["global_step"]}): loaded its weights, nothing left to train. '
-                'To train again from the start, use another `path` or `resume=False`')
-    where = (f'the end of epoch {state["epoch"]}' if state['epoch_done'] else
-             f'epoch {state["epoch"]}, after training batch {state["iter"]} of {n_batches}')
-    return f'ddpsafe: resumed from {ck} at {where} (step {state["global_step"]})'
-
-def world_change_message(ck, state:dict, now:int|None=None) -> str:
-    "What a resume on `now` ranks (default: this run's) changes, in words"
-    a, b = state['world_size'], now or world()
-    new = '' if b <= a else f', and rank {a} draws' if b == a+1 else f', and ranks {a} to {b-1} draw'
-    return (f'ddpsafe: {ck} was saved by {a} ranks and this run has {b}: the weights, optimizer state and schedule go on exactly; '
-            f"a step now takes the batches of {b} rank{'s'*(b != 1)} instead of {a}, and the epochs' order is split anew over them"
-            + (f'{new} from random streams derived from the saved ones' if new else ''))
 
 # %% ../nbs/08_checkpoint.ipynb #d34ed2b5
 def resume_from(learn:Learner,     # The learner whose `fit` begins
@@ -390,9 +388,12 @@ def resume_from(learn:Learner,     # The learner whose `fit` begins
 # %% ../nbs/08_checkpoint.ipynb #f0683fc8
 @patch
 def _resume(self:CheckpointCallback):
-    "Load this fit's newest checkpoint and go on from it"
-    ck, man = resume_checkpoint(self.saver, self.resume, self.learn.path)   # in the saver's folders, the memory tier's too
-    if ck is None or man.get('fit', 0) < self.progress.fit_idx: return   # nothing saved yet, or by an earlier fit of this `fine_tune`
-    if man.get('fit', 0) > self.progress.fit_idx: raise CancelFitException()   # a later fit of this `fine_tune` saved it: this one was over
-    at = resume_from(self.learn, ck, man, self.parts, self.accept_changes, shard_index(ck, man))   # the loops go on from there
+    "Load this fit's newest checkpoint and go on from it; a fit the run had ended, as it ended"
+    i = self.progress.fit_idx
+    ck, man = resume_checkpoint(self.saver, self.resume, self.learn.path, fit=i)   # in the saver's folders, the memory tier's too
+    if ck is None or man.get('fit', 0) < i: return   # nothing saved yet, or only by an earlier fit: this one starts afresh
+    if man.get('fit', 0) > i: return _say_once(run_state(self.learn), retrain_message(i, ck, man))   # its end is not kept: trained again
+    index = shard_index(ck, man)
+    at = resume_from(self.learn, ck, man, self.parts, self.accept_changes, index)   # the loops go on from there
     self.progress.go_on_from(at)
+    if at['epoch_done'] and at['epoch']+1 >= self.n_epoch: self.replayed = partial(reload_weights, ck, man, self.parts, index)   # nothing to train: the fit's end, as it was

@@ -29,8 +29,9 @@ from .io import collective_read
 from .core import name_failure
 
 # %% auto #0
-__all__ = ['BN_ON_CPU_NOTE', 'start_process_group', 'fastai_safe_globals', 'save_model', 'load_model', 'pickled_modules',
-           'load_learner', 'load_dls', 'fastai_stock', 'fastai_patches', 'patch_fastai']
+__all__ = ['BN_ON_CPU_NOTE', 'start_process_group', 'NotDistributed', 'undistributed_message', 'fastai_safe_globals',
+           'save_model', 'load_model', 'pickled_modules', 'load_learner', 'load_dls', 'fastai_stock', 'fastai_patches',
+           'patch_fastai']
 
 # %% ../nbs/03_learner.ipynb #9f676b2b
 from .patching import when_imported, fastai_stock, fastai_patches, patch_fastai
@@ -71,6 +72,24 @@ def start_process_group() -> bool:
     _init_from_env()
     return True
 
+# %% ../nbs/03_learner.ipynb #ac9cdf3c
+class NotDistributed(RuntimeError):
+    "`distrib_ctx` runs on several ranks, and accelerate left the model without DDP: each rank would train a model of its own"
+
+def undistributed_message(state, # accelerate's `PartialState`, as `distrib_ctx` found it
+                          n:int  # The ranks the launcher started
+                         ) -> str:
+    "Why accelerate left the model without DDP on `n` ranks, and what to do, in words"
+    head = (f'ddpsafe: distrib_ctx runs on {n} ranks, but accelerate left the model without DDP: its state says this process is not '
+            f'distributed ({state.distributed_type}), so each rank would train a model of its own on its share of the data, and the '
+            'checkpoints would hold rank 0\'s alone. ')
+    if torch.cuda.is_available():
+        return head + ("accelerate's state was made before distrib_ctx, with settings of its own (a `PartialState()` or `Accelerator()` "
+                       'in the script, or accelerate launched for one process): make it inside `with learn.distrib_ctx():`, or launch it for every rank')
+    return head + ("On a machine without CUDA, accelerate decides this when its state is made before distrib_ctx without cpu=True: a "
+                   '`PartialState()` or `Accelerator()` in the script (accelerate\'s docs show it so). Make it with `PartialState(cpu=True)` '
+                   '(or `Accelerator(cpu=True)`), or inside `with learn.distrib_ctx():`, which makes it for the CPU')
+
 # %% ../nbs/03_learner.ipynb #ac9cdf01
 def patch_distributed():
     "Patch fastai's DDP for CPU and bounded waits"
@@ -97,10 +116,11 @@ def patch_distributed():
 
     @patch_fastai('fastai.distributed', 'DistributedTrainer.before_fit')
     def before_fit(self):
-        "fastai's, with `sync_bn` only where DDP can sync BatchNorm (`usable_sync_bn`), and a model accelerate leaves unwrapped"
+        "fastai's, with `sync_bn` only where DDP can sync BatchNorm (`usable_sync_bn`), a model accelerate leaves unwrapped in one process, and an error for one it leaves unwrapped on several ranks"
         self.sync_bn = usable_sync_bn(self.model, self.sync_bn)
-        self.learn.model = self.accelerator.prepare(
-            nn.SyncBatchNorm.convert_sync_batchnorm(self.model) if self.sync_bn else self.model)
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(self.model) if self.sync_bn else self.model
+        self.learn.model = self.accelerator.prepare(model)
+        if self.learn.model is model and fd.num_distrib() > 1: raise NotDistributed(undistributed_message(self.accelerator.state, fd.num_distrib()))
         self.old_dls = list(self.dls)
         device = getattr(self.learn.model, 'device', self.accelerator.device)   # fastai's `_wrap_dl` asks DDP's `.device`
         self.learn.dls.loaders = [dl if isinstance(dl, fd.DistributedDL) else fd.DistributedDL(dl, device=device) for dl in self.dls]

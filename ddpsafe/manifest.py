@@ -182,35 +182,54 @@ def checkpoints(root:Path|str,
     "Folders named as checkpoints in `root`, oldest first (on object storage: one listing)"
     return sorted((p for p in (storage or storage_for(root)).folders(root) if checkpoint_step(p) is not None), key=checkpoint_step)
 
+# %% ../nbs/05_manifest.ipynb #9033a204
+def checkpoint_fit(folder:Path|str,
+                   storage=None  # The storage it is on, when the caller knows it (`storage_for` by default)
+                  ) -> int|None:
+    "Which fit of the run saved checkpoint `folder` (0 for checkpoints that predate the count); `None` without a readable manifest"
+    try: return read_manifest(folder, storage).get('fit', 0)
+    except (FileNotFoundError, CorruptCheckpoint): return None
+
 # %% ../nbs/05_manifest.ipynb #07ca1e21
 def newest_complete(root:Path|str,             # The checkpoints folder
                     checksums:bool=True,     # Compare checksums (reads every file)? Else sizes only
                     skipped:list|None=None,  # Newer folders that are not complete are appended here, with why
                     written:Path|str|None=None, # A checkpoint this process just wrote: hashed as written, so only sizes are checked
-                   storage=None              # The storage it is on, when the caller knows it (`storage_for` by default)
+                    storage=None,            # The storage it is on, when the caller knows it (`storage_for` by default)
+                    fit:int|None=None        # Only the checkpoints that this fit of the run saved (`checkpoint_fit`); `None`: any
                    ) -> Path|None:
-    "The newest complete checkpoint in `root`"
+    "The newest complete checkpoint in `root`, of fit `fit` of the run when given"
     written, storage = None if written is None else str(written), storage or storage_for(root)
     for p in reversed(checkpoints(root, storage)):
+        if fit is not None and checkpoint_fit(p, storage) != fit: continue   # another fit's: not looked at further
         if not (problems := check_checkpoint(p, checksums and str(p) != written, storage)): return p
         if skipped is not None: skipped.append((p, problems))
     return None
 
 # %% ../nbs/05_manifest.ipynb #5f2fe951
+def _fit_ends(upto:list, mans:dict) -> list:
+    "The last checkpoint of each fit of `upto` (oldest first) older than the newest's fit"
+    last = {}
+    for p in upto: last[mans[str(p)].get('fit', 0)] = p
+    newest = mans[str(upto[-1])].get('fit', 0)
+    return [p for f, p in last.items() if f < newest]
+
 def rotate(root:Path|str,   # The checkpoints folder
            keep:int,        # How many of the newest complete checkpoints to keep
            comp=None,       # Is the first metric better than the second? The best checkpoint by it is kept too; `None`: no best
            written:Path|str|None=None, # The checkpoint this process just wrote: its files are not read again
            also=(),         # More checkpoints to keep whatever their age (one being uploaded)
-           storage=None     # The storage it is on, when the caller knows it (`storage_for` by default)
+           storage=None,    # The storage it is on, when the caller knows it (`storage_for` by default)
+           fit_ends:bool=True # Keep the last checkpoint of each earlier fit of the run too: a rerun of the script replays those fits from them
           ) -> list:
-    "Delete old checkpoints, keeping the newest `keep` and the best by `comp`"
+    "Delete old checkpoints, keeping the newest `keep`, the best by `comp`, and the last of each earlier fit"
     storage = storage or storage_for(root)
     newest = newest_complete(root, written=written, storage=storage)
     if newest is None: return []
     upto = [p for p in checkpoints(root, storage) if checkpoint_step(p) <= checkpoint_step(newest) and checkpoint_status(p, False, storage) == 'complete']
-    best = best_of([(read_manifest(p, storage).get('metric'), p) for p in upto], comp) if comp is not None else None
-    kept = {str(p) for p in (best, *also) if p is not None}
+    mans = {str(p): read_manifest(p, storage) for p in upto} if comp is not None or fit_ends else {}
+    best = best_of([(mans[str(p)].get('metric'), p) for p in upto], comp) if comp is not None else None
+    kept = {str(p) for p in (best, *also, *(_fit_ends(upto, mans) if fit_ends else ())) if p is not None}
     old = [p for p in upto[:max(len(upto)-keep, 0)] if str(p) not in kept]
     for p in old: discard(p, marker=MANIFEST, storage=storage)
     return old
@@ -232,11 +251,12 @@ def commit_checkpoint(root:Path|str,  # The checkpoints folder
                       comp=None,      # Is the first metric better than the second? The best is kept too; `None`: no best
                       also=(),        # More checkpoints to keep whatever their age (one being uploaded)
                       expect:dict|None=None, # The files' sizes and xxh3 as another manifest lists them (a copy's source)
-                      storage=None    # The storage it is on, when the caller knows it (`storage_for` by default)
+                      storage=None,   # The storage it is on, when the caller knows it (`storage_for` by default)
+                      fit_ends:bool=True # Keep the last checkpoint of each earlier fit of the run too, as `rotate` does
                      ) -> Path:
     "A tier's commit: checkpoint `step` written whole (`write_checkpoint`), then the old ones rotated away (`rotate`)"
     ck = write_checkpoint(root, step, files, meta, storage, expect)
-    rotate(root, keep, comp, written=ck, also=also, storage=storage)
+    rotate(root, keep, comp, written=ck, also=also, storage=storage, fit_ends=fit_ends)
     return ck
 
 # %% ../nbs/05_manifest.ipynb #457743b5

@@ -99,12 +99,14 @@ def setup_changes(saved:dict, now:dict) -> dict:
     return out
 
 # %% ../nbs/07e_resume.ipynb #e26612c9
-def choose_checkpoint(*roots) -> tuple:
-    "Clean up, then the newest complete checkpoint of the folders `roots`, its manifest, what was skipped"
+def choose_checkpoint(*roots,           # The checkpoints folders
+                      fit:int|None=None # Only the checkpoints that this fit of the run saved; `None`: any
+                     ) -> tuple:
+    "Clean up, then the newest complete checkpoint of the folders `roots` (of fit `fit`), its manifest, what was skipped"
     skipped, best = [], None
     for root in roots:
         clean_incomplete(root)
-        ck = newest_complete(root, skipped=skipped)
+        ck = newest_complete(root, skipped=skipped, fit=fit)
         if ck is not None and (best is None or checkpoint_step(ck) > checkpoint_step(best)): best = ck   # a tie: the first folder's
     return (best, read_manifest(best) if best else None, [(str(p), why) for p, why in skipped])
 
@@ -146,6 +148,18 @@ def chosen_checkpoint(resume,  # A checkpoint's step, or its folder (absolute, o
     if newer: print(f'ddpsafe: resuming from {ck}, as asked; the {len(newer)} newer checkpoint{"s"*(len(newer)>1)} '
                     f'({", ".join(p.name for p in newer)}) renamed {ROLLED_BACK}*, which no resume reads')
     return ck, read_manifest(ck), []
+
+# %% ../nbs/07e_resume.ipynb #440bdc9f
+def checkpoint_for_fit(roots,           # The checkpoints folders
+                       fit:int|None=None, # This fit's index in the run; `None`: the newest checkpoint, whichever fit saved it
+                       resume=True,     # True: the newest complete checkpoint; a step or a checkpoint folder: that one (`chosen_checkpoint`)
+                       base=None        # The folder a relative `resume` is relative to
+                      ) -> tuple:
+    "The checkpoint `resume` picks, or, when a later fit than `fit` saved it, fit `fit`'s last one if kept; its manifest, what was skipped (rank 0)"
+    ck, man, skipped = choose_checkpoint(*roots) if resume is True else chosen_checkpoint(resume, roots, base)
+    if fit is None or ck is None or man.get('fit', 0) <= fit: return ck, man, skipped
+    ended, ended_man, more = choose_checkpoint(*roots, fit=fit)   # this fit had ended: its last checkpoint is where it ended
+    return (ck, man, skipped + more) if ended is None else (ended, ended_man, skipped + more)
 
 # %% ../nbs/07e_resume.ipynb #998d3095
 def check_setup(ck:Path,       # The checkpoint
@@ -194,3 +208,39 @@ def restore(ck:Path,           # The checkpoint a resume chose
     changed = check_setup(ck, parts['setup'].saved['setup'], parts['setup'].setup, accept_changes)   # as the checkpoint's, as this fit's
     load(skip={'model'} | ({'optimizer'} if 'optimizer' in changed else set()))
     return state, changed
+
+# %% ../nbs/07e_resume.ipynb #03de581f
+def reload_weights(ck:Path,    # The checkpoint a resume loaded
+                   man:dict,   # Its manifest
+                   parts,      # The fit's registry (`TrainingState`)
+                   index=None, # Its shard index (`shard_index`) when it is in shards
+                   names=('model', 'optimizer') # The parts to load again
+                  ):
+    "Load parts `names` of `ck` again, the others left as they are; collective"
+    read = lambda name, **kwargs: read_checkpoint_file(ck, name, man, **kwargs)
+    parts.load(ck, read, list(man.get('parts') or LEGACY_PARTS), set(man['files']), skip={p.name for p in parts} - set(names), index=index)
+
+# %% ../nbs/07e_resume.ipynb #8c000002
+def resume_message(ck:Path, state:dict, n_epoch:int, n_batches:int) -> str:
+    "What a resume from `ck` did, in words"
+    if state['epoch_done'] and state['epoch']+1 >= n_epoch:
+        return (f'ddpsafe: this fit already finished in {ck} (step {state["global_step"]}): loaded its weights, nothing left to train. '
+                'To train again from the start, use another `path` or `resume=False`')
+    where = (f'the end of epoch {state["epoch"]}' if state['epoch_done'] else
+             f'epoch {state["epoch"]}, after training batch {state["iter"]} of {n_batches}')
+    return f'ddpsafe: resumed from {ck} at {where} (step {state["global_step"]})'
+
+def world_change_message(ck, state:dict, now:int|None=None) -> str:
+    "What a resume on `now` ranks (default: this run's) changes, in words"
+    a, b = state['world_size'], now or world()
+    new = '' if b <= a else f', and rank {a} draws' if b == a+1 else f', and ranks {a} to {b-1} draw'
+    return (f'ddpsafe: {ck} was saved by {a} ranks and this run has {b}: the weights, optimizer state and schedule go on exactly; '
+            f"a step now takes the batches of {b} rank{'s'*(b != 1)} instead of {a}, and the epochs' order is split anew over them"
+            + (f'{new} from random streams derived from the saved ones' if new else ''))
+
+# %% ../nbs/07e_resume.ipynb #8c000006
+def retrain_message(fit:int, ck, man:dict) -> str:
+    "What a rerun does with fit `fit` of the script when only the later checkpoint `ck` (manifest `man`) shows it had ended, in words"
+    return (f'ddpsafe: fit {fit} of this script had ended before fit {man.get("fit", 0)} saved {ck}, and no checkpoint of its end is kept '
+            '(ddpsafe 0.3.0 and older did not keep one): training it again, from where the script is now, so that the model after it is '
+            "the script's own; the later fit then resumes from its checkpoint")
