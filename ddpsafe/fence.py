@@ -50,6 +50,7 @@ FENCE = [  # (module, name, how ddpsafe replaces it or 'relied on' (how it works
     ('fastai.distributed', 'DistributedTrainer.__init__', 'copied', 'learner', '889db5e0bd6f'),
     ('fastai.distributed', 'DistributedTrainer.before_fit', 'copied', 'learner', '80c431c1742b'),
     ('fastai.distributed', 'DistributedTrainer.after_fit', 'copied', 'learner', 'c6e1faa089c7'),
+    ('fastai.distributed', 'DistributedTrainer._wrap_dl', 'copied', 'learner', '55b430c2a5fa'),
     ('fastai.distributed', 'Learner.distrib_ctx', 'copied', 'learner', '95a35b4c72dd'),
     ('fastai.text.learner', 'TextLearner.save_encoder', 'copied', 'learner', '9e178eda84e0'),
     ('fastai.text.learner', 'TextLearner.load_encoder', 'copied', 'learner', '25c384798cd5'),

@@ -122,9 +122,13 @@ def patch_distributed():
         self.learn.model = self.accelerator.prepare(model)
         if self.learn.model is model and fd.num_distrib() > 1: raise NotDistributed(undistributed_message(self.accelerator.state, fd.num_distrib()))
         self.old_dls = list(self.dls)
-        device = getattr(self.learn.model, 'device', self.accelerator.device)   # fastai's `_wrap_dl` asks DDP's `.device`
-        self.learn.dls.loaders = [dl if isinstance(dl, fd.DistributedDL) else fd.DistributedDL(dl, device=device) for dl in self.dls]
+        self.learn.dls.loaders = [self._wrap_dl(dl) for dl in self.dls]
         if fd.rank_distrib(): self.learn.logger = noop
+
+    @patch_fastai('fastai.distributed', 'DistributedTrainer._wrap_dl')
+    def _wrap_dl(self, dl):
+        "fastai's, on the accelerator's device when accelerate left the model unwrapped (fastai asks DDP's `.device`)"
+        return dl if isinstance(dl, fd.DistributedDL) else fd.DistributedDL(dl, device=getattr(self.learn.model, 'device', self.accelerator.device))
 
     @patch_fastai('fastai.distributed', 'DistributedTrainer.after_fit')
     def after_fit(self):

@@ -204,7 +204,7 @@ def tools(tmp_path_factory):
     "A PATH with this venv's binaries, `ddpsafe-status` (the real one, else the stand-in), and stub `srun`/`scontrol`"
     d = tmp_path_factory.mktemp('bin')
     if not (BIN/'ddpsafe-status').exists():
-        (d/'ddpsafe-status').write_text(STATUS_SHIM.format(python=sys.executable))
+        (d/'ddpsafe-status').write_text(STATUS_SHIM.replace('{python}', sys.executable))
     (d/'srun').write_text('#!/bin/sh\n# stub: run the step here, in the foreground of this shell\nexec "$@"\n')
     (d/'scontrol').write_text('#!/bin/sh\n# stub: record the call\necho "scontrol $*" >> "$SCONTROL_LOG"\n')
     for f in d.iterdir(): f.chmod(0o755)

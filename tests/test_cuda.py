@@ -9,12 +9,17 @@ hand on a GPU machine: `python -m pytest tests/test_cuda.py -ra`.
 - The real `torchrun` with one process on the GPU and the NCCL backend (ddpsafe starts its gloo side group beside it),
   with DDP: SIGTERM to torchrun mid-epoch, the run is `preempted`, and the rerun resumes to the uninterrupted run's
   weights. The same with FSDP2 (`fsdp_ctx`): the loaders are made on the CPU, and the batches must reach the GPU where
-  `fully_shard` put the shards (the first batch failed with tensors on `cuda:0` and the CPU before `ShardedTrainer` put them there)."""
+  `fully_shard` put the shards (the first batch failed with tensors on `cuda:0` and the CPU before `ShardedTrainer` put them there).
+- The stage-wise script (`fit`, `save`, `validate`, `fit`; issue 60) on `cuda:0` through torchrun: preempted in its second
+  fit and run again, the learner between the fits and at the end is the first run's (its `validate()` inside
+  `distrib_ctx` failed on fastai's `model.device` in one process before `_wrap_dl` was patched).
+- accelerate's `PartialState()` under torchrun's variables on a GPU machine is `MULTI_GPU`: the CPU's silent `NO`
+  (`NotDistributed`) does not arise there."""
 from __future__ import annotations
-import os, signal, subprocess
+import os, sys, signal, subprocess
 from pathlib import Path
 import pytest, torch
-from conftest import train_ckpt, fail_msg, needs_torchrun, TORCHRUN
+from conftest import train_ckpt, fail_msg, needs_torchrun, TORCHRUN, tools   # noqa: F401 (`tools` is a fixture)
 from ddpsafe.preempt import REQUEUE_EXIT_CODE
 from ddpsafe.manifest import newest_complete, MANIFEST
 
@@ -90,3 +95,27 @@ def test_torchrun_nccl_sigterm_and_resume(tmp_path, ctx):
     a, b = torch.load(tmp_path/'whole'/'w.rank0'), torch.load(tmp_path/'run'/'w.rank0')
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), 'the resumed run differs from the uninterrupted one'
     print(f'\n[cuda] torchrun, 1 process, NCCL, {ctx}: SIGTERM to torchrun after step 10, status preempted, resumed bit-identical')
+
+@needs_torchrun
+@pytest.mark.timeout(600)
+def test_rerun_replays_on_gpu(tools, tmp_path):
+    "The stage-wise script on the GPU (one process, NCCL): run again after a preemption in its second fit, it replays the first as it ended"
+    from test_rerun import launch, check_replayed
+    code, first, out = launch(tools, tmp_path/'whole', 'fit-save-fit', 'first', '--cuda', n=1)
+    assert code == 0 and first[0]['end'], out[-4000:]
+    code, _, out = launch(tools, tmp_path/'stopped', 'fit-save-fit', 'stopped', '--cuda', '--kill', '26', n=1)   # 12 steps in fit 1, 24 in fit 2
+    assert code != 0 and 'stopping at step' in out, out[-4000:]
+    code, resumed, out = launch(tools, tmp_path/'stopped', 'fit-save-fit', 'resumed', '--cuda', n=1)
+    assert code == 0 and 'this fit already finished' in out, out[-4000:]
+    check_replayed(first, resumed, out, 'fit-save-fit on the GPU')
+    assert resumed[0]['end'] == first[0]['end'], out[-3000:]
+    print('\n[cuda] the stage-wise script on cuda:0, preempted in its second fit and run again: the same learner between the fits and at the end')
+
+def test_partial_state_on_cuda_is_distributed():
+    "accelerate's `PartialState()` made under torchrun's variables on a CUDA machine, without cpu=True: distributed (MULTI_GPU), not the CPU's NO"
+    script = ('from accelerate.state import PartialState as P\n'
+              'print(P._prepare_backend(object.__new__(P), False, False, None)[1])')   # the decision alone: no group is started
+    env = {**os.environ, 'RANK': '0', 'LOCAL_RANK': '0', 'WORLD_SIZE': '2'}
+    out = subprocess.run([sys.executable, '-c', script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip().endswith('MULTI_GPU'), out.stdout + out.stderr
+    print(f'\n[cuda] PartialState() under torchrun on a GPU machine: {out.stdout.strip()}')

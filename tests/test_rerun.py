@@ -14,18 +14,18 @@ from __future__ import annotations
 import json, shutil, subprocess, sys, time
 from pathlib import Path
 import pytest
-from conftest import Launch, env, torchrun_cmd, needs_torchrun, tools   # noqa: F401 (`tools` is a fixture)
+from conftest import Launch, env, torchrun_cmd, needs_torchrun, tools, TORCHRUN   # noqa: F401 (`tools` is a fixture)
 
 SCRIPT = Path(__file__).parent/'scripts'/'rerun_train.py'
 pytestmark = needs_torchrun
 
-def launch(tools, run:Path, script:str, name:str, *extra) -> tuple:
-    "One bounded torchrun launch of `rerun_train.py`: (its exit code, what each rank said)"
+def launch(tools, run:Path, script:str, name:str, *extra, n:int=2) -> tuple:
+    "One bounded torchrun launch of `rerun_train.py` on `n` ranks: (its exit code, what each rank said)"
     run.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(run/'marks', ignore_errors=True)          # this launch's markers alone
-    l = Launch(torchrun_cmd() + [str(SCRIPT), str(run), script, *extra], run, tools, name)
+    l = Launch([str(TORCHRUN), '--nproc_per_node', str(n), str(SCRIPT), str(run), script, *extra], run, tools, name, n=n)
     code = l.wait(240)
-    return code, [said(l, r) for r in range(2)], l.output()
+    return code, [said(l, r) for r in range(n)], l.output()
 
 def said(l:Launch, r:int) -> dict:
     "Rank `r`'s markers: the state as each fit began, between the fits, and at the end"
@@ -39,10 +39,10 @@ def said(l:Launch, r:int) -> dict:
 
 def check_replayed(first:list, again:list, out:str, label:str):
     "Every rank of the rerun began each fit, and saw between the fits, what the first run's did; both ranks alike"
-    for r in range(2):
+    for r in range(len(first)):
         assert again[r]['fits'] == first[r]['fits'], f'{label}, rank {r}: the learner as each fit began differs from the first run\n{out[-3000:]}'
         assert again[r]['between'] == first[r]['between'], f'{label}, rank {r}: save/validate between the fits differ\n{out[-3000:]}'
-    assert again[0]['fits'] == again[1]['fits'], f'{label}: the two ranks began the fits with different states'
+    assert all(a['fits'] == again[0]['fits'] for a in again), f'{label}: the ranks began the fits with different states'
 
 SCRIPTS = [('fit-save-fit', 13), ('fine_tune', 13), ('unfreeze', 13)]   # the optimizer steps before the kill (6 in the first fit, 12 in the second): the second fit's middle
 

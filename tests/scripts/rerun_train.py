@@ -1,6 +1,6 @@
 """One rank of a script of several fits, written as users write them, for `tests/test_rerun.py` (issue 60): a rerun replays it.
 
-    python rerun_train.py RUN SCRIPT [--kill STEP] [--workers N]
+    python rerun_train.py RUN SCRIPT [--kill STEP] [--workers N] [--cuda]
 
 SCRIPT is one of
 - `fit-save-fit`: `fit(1)`, `learn.save('stage-1')` and `validate()`, `fit(2)`; a `CheckpointCallback` and a
@@ -17,8 +17,9 @@ Every checkpoint callback saves every 2 optimizer steps. The learner's path is R
     BETWEEN {json}              after the first fit's `save` and `validate`: the saved file's sha256 and the loss
     RESULT {json}               last: the digest of the final weights and optimizer state
 
-`--kill STEP`: rank 1 sends itself SIGTERM after that many optimizer steps of this launch (a preemption).
-`--workers N`: the DataLoaders fork N worker processes each (fastai's default on a machine with cores)."""
+`--kill STEP`: the last rank sends itself SIGTERM after that many optimizer steps of this launch (a preemption).
+`--workers N`: the DataLoaders fork N worker processes each (fastai's default on a machine with cores).
+`--cuda`: the batches, and so the model, on `cuda:LOCAL_RANK`."""
 import os, sys, json, signal, hashlib, argparse
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
@@ -26,7 +27,7 @@ from marks import marker_log
 
 p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 p.add_argument('run'); p.add_argument('script', choices=['fit-save-fit', 'fine_tune', 'unfreeze'])
-p.add_argument('--kill', type=int, default=None); p.add_argument('--workers', type=int, default=0)
+p.add_argument('--kill', type=int, default=None); p.add_argument('--workers', type=int, default=0); p.add_argument('--cuda', action='store_true')
 args = p.parse_args()
 
 import torch
@@ -37,7 +38,7 @@ from fastai.distributed import *
 from ddpsafe.all import *
 from ddpsafe.parts import state_digest
 
-run, r = Path(args.run), int(os.environ['RANK'])
+run, r, last = Path(args.run), int(os.environ['RANK']), int(os.environ['WORLD_SIZE']) - 1
 say = marker_log(run/'marks', r)
 say(f'PID {os.getpid()}')
 
@@ -47,7 +48,7 @@ def data():
     x = torch.randn(128, 4, generator=g); y = x @ torch.tensor([1., 2., 3., 4.]) + 0.5 + 0.1*torch.randn(128, generator=g)
     items = [(a, b[None]) for a, b in zip(x, y)]
     dsets = Datasets(items, [[ItemGetter(0)], [ItemGetter(1)]], splits=[list(range(96)), list(range(96, 128))])
-    return dsets.dataloaders(bs=8, device='cpu', num_workers=args.workers)
+    return dsets.dataloaders(bs=8, device=f"cuda:{os.environ['LOCAL_RANK']}" if args.cuda else 'cpu', num_workers=args.workers)
 
 def two_groups(m): return [list(m[0].parameters()), list(m[2].parameters())]
 
@@ -63,7 +64,7 @@ class Marks(Callback):
         self.fits += 1
     def after_step(self):
         Marks.steps += 1
-        if r == 1 and args.kill is not None and Marks.steps == args.kill: os.kill(os.getpid(), signal.SIGTERM)
+        if r == last and args.kill is not None and Marks.steps == args.kill: os.kill(os.getpid(), signal.SIGTERM)
 
 def between(learn):
     "The first fit's `save` and `validate`, as the script does them between its fits"
