@@ -47,8 +47,9 @@ class Saver(Tier):
         self.write = partial(self._write_shards, background=async_save) if sharded else self._commit if async_save else partial(on_main, self._commit)
 
     def ready(self, step:int) -> bool: # The step due a save
-        "Every rank: the write in flight done first (a save that waited for it is said); the disk takes every save"
+        "Every rank: the write in flight done first (a save that waited for it is said), and an upload of the same step (saved again); the disk takes every save"
         self.settle(step)
+        if self.uploader is not None and any(checkpoint_step(p) == step for p in self.uploader.in_use()): self.uploader.wait()   # its files are about to be replaced
         return True
 
     def save(self, step:int, # Optimizer steps done: the checkpoint's name
