@@ -19,7 +19,8 @@ from .patching import fastai_stock, patch_fastai
 from .core import count_batch, watching_progress, loaded_class, name_failure
 
 # %% auto #0
-__all__ = ['at_fit_end', 'CallbacksDiffer', 'deciding', 'check_deciding_callbacks', 'TrainingCallback', 'patch_fastai']
+__all__ = ['at_fit_end', 'CallbacksDiffer', 'deciding', 'check_deciding_callbacks', 'TrainingCallback', 'no_best_message',
+           'patch_fastai']
 
 # %% ../nbs/04_callbacks.ipynb #3c3b2095
 _all_ = ['patch_fastai']   # defined in `ddpsafe.patching`; still importable from here
@@ -139,15 +140,23 @@ def tracker_after_epoch(self):
     self.best,self.new_best = agree((val if new_best else self.best, new_best))
 
 # %% ../nbs/04_callbacks.ipynb #fefefd90
+def no_best_message(file,          # The best model's file, which does not exist
+                    monitor:str,   # The value `SaveModelCallback` watches
+                    best,          # The best value it has
+                    validated:bool # Did the fit record an epoch's metrics?
+                   ) -> str:
+    "Why `SaveModelCallback` has no best model to load, in words"
+    why = (f'{monitor} never improved on {best} (a NaN never does)' if validated else
+           'the fit stopped before its first validation, so there is no best model yet')
+    return f'SaveModelCallback: there is no best model to load ({file} does not exist): {why}. The model keeps its last weights.'
+
 @patch_fastai('fastai.callback.tracker', 'SaveModelCallback._load_best')
 def save_model_load_best(self):
-    "Load the best model on every rank, or warn if none"
+    "Load the best model on every rank; without one, say why, once, on rank 0"
     file = self.path/self.model_dir/f'{self.fname}.pth'
     file, exists = agree((file, file.exists()))
     if exists: return self.learn.load(self.fname, with_opt=self.with_opt)
-    where = ' on rank 0' if coordinating() else ''
-    warnings.warn(f'SaveModelCallback: {file} does not exist{where}, so there is no best model to load: {self.monitor} never '
-                  f'improved on {self.best} (a NaN never does). The model keeps the weights of its last epoch.')
+    if is_main(): warnings.warn(no_best_message(file, self.monitor, self.best, bool(getattr(self.learn.recorder, 'values', None))))
 
 # %% ../nbs/04_callbacks.ipynb #003892a6
 @patch_fastai('fastai.callback.tracker', 'SaveModelCallback.after_fit')

@@ -13,9 +13,9 @@ import torch, torch.distributed as dist
 
 # %% auto #0
 __all__ = ['STUCK_EXIT_CODE', 'APART_BEATS', 'live', 'rank', 'world', 'is_main', 'coordinating', 'ddp_timeout', 'DistTimeout',
-           'CheckpointMismatch', 'start_heartbeat', 'stop_heartbeat', 'RanksApart', 'bound_process_group', 'side_group',
-           'using_side_group', 'release_side_group', 'on_main', 'on_main_alone', 'made_by_all', 'agree', 'any_rank',
-           'all_ranks', 'barrier']
+           'PeerFailed', 'CheckpointMismatch', 'start_heartbeat', 'stop_heartbeat', 'RanksApart', 'bound_process_group',
+           'side_group', 'using_side_group', 'release_side_group', 'on_main', 'on_main_alone', 'made_by_all', 'agree',
+           'any_rank', 'all_ranks', 'barrier']
 
 # %% ../nbs/00_core.ipynb #f89291bf
 def live() -> bool:
@@ -68,9 +68,8 @@ class DistTimeout(RuntimeError):
         self.missing = missing
     def __reduce__(self): return (type(self), (str(self), self.missing))
 
-# %% ../nbs/00_core.ipynb #d41263eb
-class CheckpointMismatch(ValueError):
-    "A checkpoint that was saved from another model or setup"
+class PeerFailed(DistTimeout): "Another rank failed or ended its script, and this one stopped for it: `missing` names those ranks"
+class CheckpointMismatch(ValueError): "A checkpoint that was saved from another model or setup"
 
 # %% ../nbs/00_core.ipynb #b7e10a02
 _beat, _said = {}, {}
@@ -409,14 +408,14 @@ def peer_failure(e:BaseException,         # What a collective raised
                  what:str='a collective', # What was waiting, for the message
                  src:int|None=None        # The rank expected to send, if one
                 ) -> BaseException:
-    "`e`, or a `DistTimeout` naming the ranks that failed, wait on themselves, or went silent"
+    "`e`, or a `PeerFailed` naming the ranks that failed, or a `DistTimeout` naming those that wait on themselves or went silent"
     if isinstance(e, DistTimeout) or not isinstance(e, RuntimeError) or not _UNREACHABLE.search(str(e)): return e
     if apart := apart_message(): return RanksApart(f'{what} failed on rank {rank()}: {apart}', [r for r in range(world()) if r != rank()])
     failed = failed_ranks() or ended_ranks()
     silent = {} if failed else silent_ranks()   # a frozen rank's last word may say it waited: it stopped answering
     if silent and (ended := ended_ranks()): failed, silent = ended, {}   # a rank that left said so, on its way out, while we listened
-    if not failed and silent == {}: failed = behind_ranks()
-    if failed: missing, why = sorted(failed), '; '.join(f'rank {r} {m}' for r,m in sorted(failed.items()))
+    behind = behind_ranks() if not failed and silent == {} else {}   # alive, but waiting on itself: a hang, not a failure
+    if failed or behind: missing, why = sorted(failed or behind), '; '.join(f'rank {r} {m}' for r,m in sorted((failed or behind).items()))
     elif silent is None:
         if os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True': missing, why = None, "the launcher's store does not answer either"
         else: missing, why = [0], 'rank 0 stopped answering: the process group store it hosts does not answer either'
@@ -425,7 +424,7 @@ def peer_failure(e:BaseException,         # What a collective raised
     else: return e                                       # every heartbeat is fresh: nobody to name, gloo's words stand
     lines = str(e).strip().splitlines() or [type(e).__name__]
     head = next((l.strip() for l in lines if _UNREACHABLE.search(l)), lines[0])[:300]   # gloo's line, not a wrapper's
-    return DistTimeout(f'{what} failed on rank {rank()}: {why} ({head})', missing)
+    return PeerFailed(f'{what} failed on rank {rank()}: {why}', missing) if failed else DistTimeout(f'{what} failed on rank {rank()}: {why} ({head})', missing)
 
 def name_failure(e:BaseException, what:str='training') -> BaseException:
     "`e` as the ranks should see it: another rank's failure named (`peer_failure`), or this rank's own reported to them"
