@@ -219,7 +219,7 @@ def fit_with_best(path:Path, save_monitor:str):
 
 @pytest.mark.timeout(300)
 def test_export_best_is_save_model_callbacks_best(tmp_path):
-    "Both callbacks on valid_loss: `ddpsafe-export --best` writes the weights SaveModelCallback kept, which are not the newest"
+    "Both callbacks on valid_loss: `ddpsafe-export --best` writes the weights SaveModelCallback kept, from the best epoch's checkpoint"
     import torch, safetensors.torch as st
     learn, valid, _ = fit_with_best(tmp_path, 'valid_loss')
     best = min(range(4), key=valid.__getitem__)
@@ -231,7 +231,10 @@ def test_export_best_is_save_model_callbacks_best(tmp_path):
     with st.safe_open(tmp_path/'best.safetensors', 'pt') as f: meta = f.metadata()
     assert (meta['step'], meta['monitor']) == (str(6*(best+1)), 'valid_loss'), meta
     newest = cli('ddpsafe-export', tmp_path/'checkpoints', '--out', tmp_path/'newest.safetensors')
-    assert newest.returncode == 0 and not torch.equal(st.load_file(tmp_path/'newest.safetensors')['weight'], got['weight'])
+    with st.safe_open(tmp_path/'newest.safetensors', 'pt') as f: end = f.metadata()
+    assert newest.returncode == 0 and end['step'] == '24' != meta['step'], (end, meta)   # the newest is the fit's end, not the best epoch's
+    ended = st.load_file(tmp_path/'newest.safetensors')       # the fit's end, saved again with the weights SaveModelCallback loaded
+    assert all(torch.equal(ended[k], v) for k, v in learn.model.state_dict().items())
 
 @pytest.mark.timeout(300)
 def test_export_best_follows_checkpoint_callbacks_monitor(tmp_path):
