@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/slots.html.md"""
 
 # %% ../nbs/07h_slots.ipynb #e0ada34e
 from __future__ import annotations
-import os, sys, json, mmap, time, uuid, errno, base64, select, shutil, signal, struct, operator, tempfile, contextlib, subprocess
+import io, os, sys, json, mmap, time, uuid, errno, base64, select, shutil, signal, struct, operator, tempfile, contextlib, subprocess
 from pathlib import Path
 import ddpsafe
 from .commit import FileWriter
@@ -175,6 +175,17 @@ def persist_slot(slot:Path,        # A sealed slot
             with contextlib.suppress(BufferError): view.release(); mm is not None and mm.close()
 
 # %% ../nbs/07h_slots.ipynb #899413fb
+def slot_file(slot:Path, name:str) -> bytes:
+    "The bytes of file `name` of sealed `slot`, as the writer would write it"
+    slot = Path(slot)
+    if (record := read_seal(slot)) is None: raise FileNotFoundError(errno.ENOENT, f'{slot}: not sealed: it holds no checkpoint', str(slot))
+    out = io.BytesIO()
+    with open(slot/SLOT_DATA, 'rb') as fh:
+        data = fh.read(record.get('nbytes', 0))
+    write_from_slot(out, record['files'][name], memoryview(data))
+    return out.getvalue()
+
+# %% ../nbs/07h_slots.ipynb #40e24b4f
 def serve(jobs=None, replies=None, nice:int=19):
     "The writer process's loop: a job a line from `jobs` (stdin), persisted; a reply a line to `replies` (stdout); ends at the end of `jobs`"
     with contextlib.suppress(OSError): os.nice(nice)
@@ -186,7 +197,7 @@ def serve(jobs=None, replies=None, nice:int=19):
         except Exception as e: reply = dict(ok=False, error=f'{type(e).__name__}: {e}')
         replies.write(json.dumps(dict(reply, id=job['id'], step=job.get('step'), seconds=time.monotonic()-began)).encode() + b'\n'); replies.flush()
 
-# %% ../nbs/07h_slots.ipynb #40e24b4f
+# %% ../nbs/07h_slots.ipynb #f582e789
 class WriterGone(OSError):
     "The writer process ended with jobs in hand"
 
@@ -199,12 +210,13 @@ def _ended(rc:int) -> str:
 class SlotWriter:
     "A rank's writer process: persists sealed slots in the background, one at a time, in order"
     def __init__(self, nice:int=19, **popen_kwargs): self.nice,self.popen_kwargs,self.proc,self.pending,self.next_id,self.buf = nice,popen_kwargs,None,{},0,b''
-    def start(self):
+    def start(self, folder:Path|None=None): # The rank's slots folder: the writer's pid is recorded there, for the next launch
         "Start the process"
         here = str(Path(ddpsafe.__file__).resolve().parent.parent)   # this ddpsafe, first
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, *filter(None, [os.environ.get('PYTHONPATH')])]))
         self.proc = subprocess.Popen([sys.executable, '-c', f'from ddpsafe.slots import serve; serve(nice={self.nice})'],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, **self.popen_kwargs)
+        if folder is not None: Path(folder).mkdir(parents=True, exist_ok=True); (Path(folder)/WRITER).write_text(json.dumps(dict(pid=self.proc.pid, started=time.time())))
         return self
     @property
     def pid(self) -> int|None: return None if self.proc is None else self.proc.pid
@@ -257,3 +269,25 @@ class SlotWriter:
             with contextlib.suppress(OSError): self.proc.stdin.close()
         self.proc.wait(timeout); self.proc.stdout.close(); self.proc = None
         return out
+
+# %% ../nbs/07h_slots.ipynb #1cd64d52
+WRITER = 'writer.json'   # In a slots folder: the pid of the writer process the last launch started
+
+def previous_writer(folder:Path) -> int|None:
+    "The pid of the writer process recorded in `folder`, if it still runs"
+    try: pid = json.loads((Path(folder)/WRITER).read_text())['pid']
+    except (FileNotFoundError, ValueError, KeyError): return None
+    try: cmd = Path(f'/proc/{pid}/cmdline').read_bytes(); stat = Path(f'/proc/{pid}/stat').read_text()
+    except OSError: return None
+    mine = b'ddpsafe.slots' in cmd or not cmd          # empty for an instant while it starts
+    return pid if mine and stat.rsplit(')', 1)[-1].split()[0] != 'Z' else None
+
+def wait_previous_writer(folder:Path, timeout:float=600, say=print) -> int|None:
+    "Wait for the writer a dead trainer left running in `folder` to finish; its pid, `None` if there was none"
+    if (pid := previous_writer(folder)) is None: return None
+    say(f'ddpsafe: the checkpoint writer process {pid} of an earlier launch still runs ({folder}): waiting up to {timeout:g} s for it to commit what it holds')
+    end = time.monotonic() + timeout
+    while previous_writer(folder) == pid:
+        if time.monotonic() > end: raise TimeoutError(f'ddpsafe: the checkpoint writer process {pid} of an earlier launch ({folder}) still runs after {timeout:g} s: end it (kill {pid}), then launch again')
+        time.sleep(0.05)
+    return pid
