@@ -51,7 +51,7 @@ def make_slot(slot:Path, # The slot's folder
     try:
         fd = os.open(data, os.O_RDWR | os.O_CREAT, 0o600)
         if os.fstat(fd).st_size < nbytes: os.ftruncate(fd, nbytes)
-        if nbytes: os.posix_fallocate(fd, 0, nbytes)
+        if nbytes and hasattr(os, 'posix_fallocate'): os.posix_fallocate(fd, 0, nbytes)   # macOS has none: its slots are in the temporary folder, on disk
     except OSError as e:
         if fd is not None: os.close(fd); fd = None
         free = shutil.disk_usage(slot).free
