@@ -9,6 +9,7 @@ from __future__ import annotations
 import io, os, time, uuid, base64, pickle, threading
 from pathlib import Path
 import torch
+from fastcore.basics import patch
 from .io import _safetensors_header
 from .slots import make_slot, seal, unseal, read_seal, aligned, slots_home, SLOT_DATA
 
@@ -98,6 +99,7 @@ class SlotRing:
         return min(cands, key=lambda s: (read_seal(s) or {}).get('step', -1), default=None)
 
 # %% ../nbs/07i_slot_copy.ipynb #2308a35c
+@patch
 def _mapped(self:SlotRing, slot:Path, nbytes:int, cuda:bool) -> torch.Tensor:
     "Slot `slot`'s data, unsealed, `nbytes` long or more, mapped (and registered with CUDA for a `cuda` state)"
     buf = self.maps.get(slot)
@@ -111,10 +113,12 @@ def _mapped(self:SlotRing, slot:Path, nbytes:int, cuda:bool) -> torch.Tensor:
         torch.cuda.cudart().cudaHostRegister(buf.data_ptr(), buf.numel(), 0); buf._registered = True
     return buf
 
+@patch
 def _unmap(self:SlotRing, slot:Path):
     buf = self.maps.pop(slot, None)
     if buf is not None and getattr(buf, '_registered', False): torch.cuda.cudart().cudaHostUnregister(buf.data_ptr())
 
+@patch
 def fill(self:SlotRing, step:int, # Optimizer steps done: the checkpoint's name
          files:dict,              # Its files: name -> what it holds (`plan_slot`)
          meta:dict|None=None      # The manifest's entries (epoch, position...)
@@ -130,6 +134,7 @@ def fill(self:SlotRing, step:int, # Optimizer steps done: the checkpoint's name
     seal(slot, dict(step=step, meta=meta or {}, files=recipes, nbytes=nbytes, fill=uuid.uuid4().hex, pid=os.getpid(), time=time.time()))
     return slot
 
+@patch
 def reserve(self:SlotRing, files:dict):
     "Make every slot the size `files` needs, on a thread of its own: the first `fill` finds them"
     nbytes = plan_slot(files)[2]
@@ -138,13 +143,13 @@ def reserve(self:SlotRing, files:dict):
             if s not in self.handed and read_seal(s) is None: make_slot(s, max(nbytes, 1))
     self.reserving = threading.Thread(target=make, name='ddpsafe-slots', daemon=True); self.reserving.start()
 
+@patch
 def _reserved(self:SlotRing):
     "Wait for a reservation in flight"
     if self.reserving is not None: self.reserving.join(); self.reserving = None
 
+@patch
 def close(self:SlotRing):
     "Unmap the slots (the sealed ones stay: the memory tier's checkpoints)"
     self._reserved()
     for s in list(self.maps): self._unmap(s)
-
-for f in (_mapped, _unmap, fill, reserve, _reserved, close): setattr(SlotRing, f.__name__, f)
