@@ -15,6 +15,8 @@ from .commit import storage_for, discard, is_url
 from .manifest import *
 from .snapshot import Tier, AsyncWriter, StateBuffers, _pace
 from .io import checkpoint_writers
+from .slots import sealed_slots, read_seal
+from .slot_copy import SlotPipe, everywhere
 
 
 # %% auto #0
@@ -56,10 +58,16 @@ class MemoryTier(Tier):
         if not (isinstance(keep, int) and keep >= 1): raise ValueError(f'memory_keep={keep!r}: a number of checkpoints, 1 or more')
         self.folder, self.every_steps, self.keep = Path(folder), every_steps, keep
         self.found = on_main(self.folder.is_dir)   # on rank 0's node, as this launch began; made by the first commit
-        self.writer, self.buffers = AsyncWriter(), StateBuffers()   # its own: a disk write in flight never delays it
-        self.step = self.submitted = None       # the write in flight: its step, when it was handed over
+        self.pipe, self.own = None, False       # rank 0's slots, shared with the disk's async saves (`Saver` sets it); else its own
+        self.restored = self.launch_held = None # as this launch began: the step of a slot committed to disk, the steps sealed
         self.skipped = self.off = False         # has a save been skipped this fit? did a write fail?
     def __repr__(self): return f'MemoryTier({self.folder}, every {self.every_steps} steps, keep {self.keep})'
+    @property
+    def slots(self) -> Path: return self.folder/'rank-0'   # rank 0's slots: a whole model's checkpoint
+    def _pipe(self) -> SlotPipe:
+        "The slots: the saver's, or the tier's own (no writer process: a sealed slot is the checkpoint)"
+        if self.pipe is None: self.pipe, self.own = SlotPipe(self.slots, background=False), True
+        return self.pipe
     def due(self, steps:int) -> bool:
         "Is a memory checkpoint due after `steps` optimizer steps of the fit?"
         return steps > 0 and steps % self.every_steps == 0
@@ -96,16 +104,17 @@ def commit(self:MemoryTier,
 
 @patch
 def holds(self:MemoryTier) -> list:
-    "(step, bytes) of each complete checkpoint in the tier, oldest first (sizes checked, not checksums)"
-    return [(checkpoint_step(p), sum(e['size'] for e in read_manifest(p)['files'].values()))
-            for p in checkpoints(self.folder) if checkpoint_status(p, checksums=False) == 'complete']
+    "(step, bytes) of each checkpoint in the tier, oldest first: its sealed slots, and complete checkpoints of an earlier ddpsafe (sizes checked, not checksums)"
+    old = [(checkpoint_step(p), sum(e['size'] for e in read_manifest(p)['files'].values()))
+           for p in checkpoints(self.folder) if checkpoint_status(p, checksums=False) == 'complete']
+    return sorted(old + [(step, read_seal(s)['nbytes']) for step, s in sealed_slots(self.slots)])
 
 @patch
 def holds_note(self:MemoryTier) -> str:
     "Rank 0's line: where the tier is, how often it saves, what it holds, the room left"
     held = self.holds()
     size, free = sum(b for _, b in held), shutil.disk_usage(self.folder).free
-    most = size/max(len(held), 1)*(self.keep + 1)
+    most = size/max(len(held), 1)*(self.pipe.ring.count if self.pipe is not None else self.keep + 1)   # every slot of the ring
     return (f'ddpsafe: memory tier in {self.folder}: a checkpoint every {self.every_steps} steps, the newest {self.keep} kept; '
             f'it holds {len(held)} ({_size(size)}), up to {_size(most)} while a save is in flight; {_size(free)} free there')
 
@@ -120,23 +129,23 @@ def ready(self:MemoryTier, step:int # The step due a memory save
          ) -> bool:
     "Every rank: does the tier take checkpoint `step` now? Not while its write is in flight; a failed write turns it off"
     if self.off: return False
-    try: return on_main(self._idle, step)
+    try: return everywhere(self.pipe, self._idle, step)
     except OSError as e: return self._turn_off(e)
 
 @patch
 def _idle(self:MemoryTier, step:int) -> bool:
-    "Rank 0: is the writer idle? Its last write's error raised; said once a fit: a save skipped"
-    if self.writer.busy:
+    "Rank 0: is a slot free (not the newest, not one the writer has)? Said once a fit: a save skipped"
+    if self._pipe().free() is None:
         if not self.skipped: self.skipped = True; print(self.skip_note(step))
         return False
-    if (err := self.writer.wait()) is not None: raise err
     return True
 
 @patch
 def skip_note(self:MemoryTier, step:int # The step whose memory save is skipped
              ) -> str:
     "Rank 0's line: a memory save skipped, the write in flight and how long it has run, the one before it, and how far apart memory saves must be not to skip"
-    ran, last = time.monotonic() - self.submitted, self.writer.seconds   # the write in flight has run `ran` s: it takes longer
+    job = self.pipe.job   # the disk write in flight holds the other slot
+    ran, last, self.step = time.monotonic() - job['at'], self.pipe.seconds, job['step']   # the write in flight has run `ran` s: it takes longer
     took = max(ran, last or 0)
     return (f'ddpsafe: memory tier {self.folder}: step {step} not saved there, the write of step {self.step} is still in flight after {ran:.2g} s '
             f'({step - self.step} steps)' + (f', the one before it took {last:.2g} s' if last is not None else '') + '; a memory save never waits: '
@@ -155,34 +164,32 @@ def save(self:MemoryTier, step:int, # Optimizer steps done: the checkpoint's nam
          files:dict,   # Rank 0's files: name -> what it holds
          meta:dict,    # Stored in the manifest
          shards=None): # Ignored: a model saved in shards has no memory tier
-    "Every rank, after `ready`: rank 0 copies checkpoint `step` into the tier's buffers now, and commits it in the background"
-    if not is_main(): return
-    files, self.step = self.buffers.copy(files), step
-    self.writer.submit(lambda: self.commit(step, checkpoint_writers(files), meta))
-    self.submitted = time.monotonic()
+    "Every rank, after `ready`: rank 0 copies checkpoint `step` into a slot and seals it: the slot is the tier's checkpoint. A failure turns the tier off, on every rank"
+    try: everywhere(self.pipe, self._fill, step, files, meta)
+    except OSError as e: self._turn_off(e)
+
+@patch
+def _fill(self:MemoryTier, step:int, files:dict, meta:dict):
+    "Rank 0: checkpoint `step` sealed in a free slot; said once: what the tier holds"
+    self._pipe().ring.fill(step, files, dict(meta or {}, tier='memory'))
+    if str(self.folder) not in _said: _said.add(str(self.folder)); print(self.holds_note())
+
 
 # %% ../nbs/07g_memory.ipynb #e8a622b4
 @patch
 def settle(self:MemoryTier):
-    "Every rank: wait for the write in flight; the tier, or `None` once it is off (that write failed: warned on every rank)"
-    if self.off: return None
-    def wait():
-        if (err := self.writer.wait()) is not None: raise err
-    try: on_main(wait)
-    except OSError as e: self._turn_off(e)
+    "Every rank: the tier, or `None` once it is off (a save failed: warned on every rank); a sealed slot has nothing in flight"
     return None if self.off else self
 
 @patch
 def reserve(self:MemoryTier, state): # The model's and the optimizer's state dicts, after the fit's first step
-    "Rank 0, which copies: the buffers allocated in the background"
-    if is_main() and not self.off: self.buffers.reserve(state)
+    "Rank 0, which copies: its own slots made in the background (the saver's, shared, it makes itself)"
+    if is_main() and not self.off and (self.pipe is None or self.own): self._pipe().reserve(state)
 
 @patch
 def close(self:MemoryTier):
-    "Wait for the write in flight (a crash's newest memory checkpoint, for the restart), end the writer's thread, free the buffers"
-    if (err := self.writer.close()) is not None:
-        warnings.warn(f'ddpsafe: the memory tier {self.folder} could not be written ({err}); its earlier checkpoints are unchanged')
-    self.buffers.clear()
+    "Unmap its own slots (the sealed ones stay: a crash's newest memory checkpoint, for the restart); the saver closes the slots it shares"
+    if self.own and self.pipe is not None: self.pipe.close(); self.pipe, self.own = None, False
 
 # %% ../nbs/07g_memory.ipynb #7a0000d2
 @patch
@@ -204,10 +211,12 @@ def resume_note(self:MemoryTier,
     ck, where = Path(ck), f'ddpsafe: memory tier {self.folder}'
     bad = [(Path(p).name, why) for p, why in skipped if Path(p).parent == self.folder]
     damaged = f'{", ".join(n for n, _ in bad)} damaged ({"; ".join(bad[0][1])[:300]})' if bad else ''
+    if self.restored is not None and checkpoint_step(ck) == self.restored and ck.parent != self.folder:
+        return f'{where}: resuming from its step {self.restored}, newer than any checkpoint on disk (sealed by the last launch, committed to {ck.parent} first)'
     if ck.parent == self.folder: return f'{where}: resuming from its step {checkpoint_step(ck)}, newer than any checkpoint on disk' + (f'; {damaged}, skipped' if bad else '')
     if bad: return f'{where}: {damaged}: falling back to disk, {ck}'
     if not self.found: return (f'{where}: not on this node (a first launch here, a restart on another node, /dev/shm cleared, '
                                f'or emptied when the last launch saved its end to disk): resuming from disk, {ck}')
-    held = self.holds()
+    held = self.holds() if self.launch_held is None else [(s, 0) for s in self.launch_held] + self.holds()   # the slots were emptied as this launch began
     if not held: return f'{where}: empty: resuming from disk, {ck}'
-    return f'{where}: its newest, step {held[-1][0]}, is not newer than step {checkpoint_step(ck)} on disk: resuming from disk, {ck}'
+    return f'{where}: its newest, step {max(held)[0]}, is not newer than step {checkpoint_step(ck)} on disk: resuming from disk, {ck}'

@@ -6,7 +6,8 @@ Docs: https://ddpsafe.github.io/ddpsafe/saver.html.md"""
 
 # %% ../nbs/07f_saver.ipynb #7f000002
 from __future__ import annotations
-import time, warnings, contextlib
+import os, time, warnings, contextlib
+import xxhash
 import numpy as np
 from functools import partial
 from pathlib import Path
@@ -20,12 +21,23 @@ from .snapshot import StateBuffers, AsyncWriter, Tier, _pace
 from .sharded import write_in_shards, in_shards_to   # how a checkpoint is written in shards, and whether it is
 from .parts import checkpoint_writers
 from .upload import Uploader
+from .slots import slots_home, sealed_slots, persist_slot, unseal
+from .slot_copy import SlotPipe, everywhere
 from .core import using_side_group
 
 # %% auto #0
 __all__ = ['Saver', 'fit_saver']
 
 # %% ../nbs/07f_saver.ipynb #7f00000d
+def _comp_name(comp) -> str|None: return {np.less: 'less', np.greater: 'greater'}.get(comp)   # the writer process has no numpy
+
+def _slots_folder(root, # The run's checkpoints folder (the `local` one when there are two tiers)
+                 memory=None # The fit's `MemoryTier`: its folder holds the slots
+                ) -> Path:
+    "Rank 0's slots folder: in the memory tier's folder, else one of the run's own in /dev/shm; the same at every launch on a node"
+    if memory is not None: return Path(memory.folder)/'rank-0'
+    return slots_home()/f'ddpsafe-slots-{os.getuid()}-{xxhash.xxh3_64_hexdigest(str(root).encode())[:12]}'/'rank-0'
+
 class Saver(Tier):
     "The disk's tier: how a fit's checkpoints are written and kept, chosen once as the fit starts"
     def __init__(self,
@@ -39,9 +51,15 @@ class Saver(Tier):
                  uploader:Uploader|None=None, # Rank 0's: copies each committed checkpoint to a second tier, which keeps its own newest and best
                  memory=None,    # The fit's `MemoryTier` ([memory](memory.html)): a checkpoint every few steps in node-local RAM, written in the background; `None`: none
                  far=None,       # `path`'s folder when `root` is the `local` one: where the uploads go, and where a resume looks too
-                 far_claim=None):# `far`'s `FolderClaim`, released with `claim` as the saver closes
+                 far_claim=None, # `far`'s `FolderClaim`, released with `claim` as the saver closes
+                 pipe=None):     # Rank 0's `SlotPipe` (slots in /dev/shm, a writer process), shared with `memory`; `None`: made here when one is needed
         store_attr()
-        self.writer, self.buffers = (AsyncWriter(), StateBuffers()) if async_save else (None, None)
+        self.piped = async_save and not sharded and storage.local   # a whole model to a local folder: sealed in a slot, committed by the writer process
+        self.writer, self.buffers = (AsyncWriter(), StateBuffers()) if async_save and not self.piped else (None, None)
+        if self.pipe is None and (self.piped or memory is not None):
+            self.pipe = SlotPipe(_slots_folder(root, memory), background=self.piped)
+            if is_main(): self.pipe.start()
+        if memory is not None: memory.pipe = self.pipe        # one ring of slots: the memory tier's checkpoint is its newest
         self.submitted, self.waited = None, False   # (step, time) of the last background write handed over; has a save waited this fit?
         if sharded and async_save and coordinating(): side_group('write')   # every rank's writer thread talks on it
         self.write = partial(self._write_shards, background=async_save) if sharded else self._commit if async_save else partial(on_main, self._commit)
@@ -57,6 +75,7 @@ class Saver(Tier):
              meta:dict,      # Stored in the manifest
              shards:dict|None=None): # This rank's tensors for the shards (`sharded`)
         "Write checkpoint `step` as chosen: now, or copied now and written in the background; every rank calls it"
+        if self.piped: return everywhere(self.pipe, self._hand, step, files, meta)   # rank 0 seals a slot and hands it over; its errors on every rank
         if self.writer is None: return self.write(step, files, meta, shards)
         if not (is_main() or self.sharded): return None      # a whole checkpoint: rank 0's writer alone
         files, shards = self.buffers.copy((files if is_main() else {}, shards))
@@ -66,7 +85,7 @@ class Saver(Tier):
     @property
     def write_seconds(self) -> float|None:
         "How long the last background write took; `None` without one"
-        return None if self.writer is None else self.writer.seconds
+        return self.pipe.seconds if self.piped else None if self.writer is None else self.writer.seconds
 
     def _commit(self, step:int, files:dict, meta:dict, shards=None) -> Path:
         "Rank 0 checks its claim, commits the checkpoint whole (a whole model has no shards), uploads: one outcome for `on_main`"
@@ -84,6 +103,17 @@ class Saver(Tier):
         rotate(self.root, self.keep, self.comp, written=ck, also=self._uploading(), storage=self.storage)   # `ck` was hashed as written
         return self._upload(ck)
 
+    def _hand(self, step:int, files:dict, meta:dict) -> Path|None:
+        "Rank 0: its claim checked, checkpoint `step` sealed in a slot (the newest one's meta renewed when it holds `step` already: no tensor copied twice) and handed to the writer"
+        self.claim.check()
+        ring = self.pipe.ring
+        try: slot = ring.reseal(step, files, meta) or ring.fill(step, files, meta)
+        except OSError as e:     # /dev/shm full: this checkpoint written by the trainer, as a synchronous save writes it
+            self.pipe.notes.append(f'ddpsafe: {e}; checkpoint {step} is written by the training process instead')
+            return self._commit(step, files, meta)
+        self.submitted = (step, time.monotonic())
+        return self.pipe.hand(slot, self.root, step, self.keep, _comp_name(self.comp), True, self._upload, self._uploading())
+
     def _uploading(self) -> list: return self.uploader.in_use() if self.uploader else []   # rotation keeps these
 
     def _upload(self, ck:Path) -> Path:
@@ -99,11 +129,13 @@ class Saver(Tier):
 def reserve(self:Saver, state): # The model's and the optimizer's state dicts, after the fit's first step
     "The buffers of an async save (rank 0's, or every rank's shards) and of the memory tier, allocated in the background"
     if self.buffers is not None and (is_main() or self.sharded): self.buffers.reserve(state)
+    if self.pipe is not None and is_main(): self.pipe.reserve(state)   # the slots, shared with the memory tier
     if self.memory is not None: self.memory.reserve(state)
 
 @patch
 def settle(self:Saver, step:int|None=None): # The step a save is due at; `None`: the fit's end, where a wait is expected
     "Wait for the write in flight; raise its error everywhere; a save that waited for it is said once a fit"
+    if self.piped: return self._settle_pipe(step)
     if self.writer is None: return    # synchronous: nothing in flight, nothing for the ranks to agree on
     due, busy = time.monotonic(), self.writer.busy
     own = self.writer.wait() if self.sharded else None   # every rank's writer writes shards
@@ -113,12 +145,23 @@ def settle(self:Saver, step:int|None=None): # The step a save is due at; `None`:
     on_main(wait)
 
 @patch
+def _settle_pipe(self:Saver, step:int|None=None):
+    "`settle` of saves handed to the writer process: its reply awaited, its error raised and its death said on every rank"
+    due = time.monotonic()
+    def wait():
+        busy = self.pipe.busy
+        self.pipe.poll(None)
+        if (err := self.pipe.take_error()) is not None: raise err
+        if busy and step is not None and not self.waited: self.waited = True; print(self.wait_note(step, due, time.monotonic() - due))
+    everywhere(self.pipe, wait)
+
+@patch
 def wait_note(self:Saver, step:int, # The step whose save waited
               due:float,     # When it was due (`time.monotonic()`)
               waited:float   # How long it waited, in seconds
              ) -> str:
     "Rank 0's line: a save waited for the background write before it, how long that write took, and how far apart saves must be not to wait"
-    (before, at), took = self.submitted, self.writer.seconds
+    (before, at), took = self.submitted, self.write_seconds
     return (f'ddpsafe: the save of step {step} waited {waited:.2g} s for the background write of step {before}: that write took {took:.2g} s, '
             f'and the saves came {due - at:.2g} s ({step - before} steps) apart; saves {_pace(took, step - before, due - at)} apart would not wait (said once per fit)')
 
@@ -131,6 +174,11 @@ def close(self:Saver):
         warnings.warn(f'ddpsafe: the background checkpoint write failed too: {err}')
     if self.buffers is not None: self.buffers.clear()  # freed here, not by a garbage collection in a forked DataLoader worker
     if self.memory is not None: self.memory.close()     # a crash's newest memory checkpoint, for the restart
+    if self.pipe is not None and is_main():             # the writer commits what it holds, then exits
+        try: self.pipe.close()
+        except Exception as e: self.pipe.error = self.pipe.error or e
+        for note in self.pipe.take_notes(): warnings.warn(note)
+        if (err := self.pipe.take_error()) is not None: warnings.warn(f'ddpsafe: the background checkpoint write failed too: {err}')
     if self.uploader is not None: self.uploader.close()  # after an error: the upload in flight ends in the background
     for c in (self.claim, self.far_claim):
         if c is not None: c.release()                    # rank 0's; the other ranks hold inactive copies
@@ -165,6 +213,30 @@ def end(self:Saver, upload_wait:float|None=None, # At most this many seconds for
     self.settle()
     self.finish(upload_wait)
     if saved and self.memory is not None and self.memory.settle() is not None: on_main(self.memory.clear)   # its checkpoints are older
+    elif saved and self.memory is None and self.pipe is not None: on_main(_discard_slots, self.pipe.folder)   # the async saves' slots: all on disk now
+
+def _discard_slots(folder:Path):
+    "Rank 0: remove a slots folder (and the run's folder above it, once empty)"
+    import shutil
+    shutil.rmtree(folder, ignore_errors=True)
+    with contextlib.suppress(OSError): Path(folder).parent.rmdir()
+
+@patch
+def recover(self:Saver) -> int|None:
+    "Rank 0, as a fit starts: the newest slot an earlier launch sealed, committed to disk if it is newer than any checkpoint there; then every slot emptied. Its step, if committed"
+    found, done = sealed_slots(self.pipe.folder), None
+    if found:
+        step, slot = found[-1]
+        disk = [newest_complete(r, checksums=False) for r in filter(None, (self.root, self.far))]
+        if step > max((checkpoint_step(p) for p in disk if p is not None), default=-1):
+            self.claim.check()
+            persist_slot(slot, self.root, self.keep, _comp_name(self.comp), True, step, self._uploading())
+            done = step
+    for s in self.pipe.ring.slots: unseal(s)   # on disk now, or older than it: the ring starts empty
+    if self.memory is not None: self.memory.launch_held, self.memory.restored = [s for s, _ in found], done
+    elif done is not None: print(f'ddpsafe: step {done}, sealed in memory by the last launch ({self.pipe.folder}), committed to {self.root}')
+    return done
+
 
 # %% ../nbs/07f_saver.ipynb #c94799c0
 def fit_saver(folder,                # The checkpoints folder, resolved: a `Path`, or a `UPath` of a URL with fsspec's options in it
@@ -191,9 +263,11 @@ def fit_saver(folder,                # The checkpoints folder, resolved: a `Path
         if is_main(): say(f'ddpsafe: checkpoints in {commits.absolute(root)}' + (f', uploaded to {far}' if local else ''))
         sharded = in_shards_to(model, root, storage.local)
         if sharded and memory is not None: memory = memory.decline('this fit saves its sharded model in shards, which the memory tier does not hold')
-        return Saver(root, commits, keep, comp, claims[0], async_save, sharded,
-                     Uploader(far, keep, comp) if local and is_main() else None,
-                     memory, far if local else None, claims[1] if local else None)
+        s = Saver(root, commits, keep, comp, claims[0], async_save, sharded,
+                  Uploader(far, keep, comp) if local and is_main() else None,
+                  memory, far if local else None, claims[1] if local else None)
+        if s.pipe is not None: everywhere(s.pipe, s.recover)   # what a trainer killed after a seal left: on disk before a resume looks
+        return s
     except BaseException:
         for c in claims: c.release()
         raise

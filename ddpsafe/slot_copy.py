@@ -6,12 +6,14 @@ Docs: https://ddpsafe.github.io/ddpsafe/slot_copy.html.md"""
 
 # %% ../nbs/07i_slot_copy.ipynb #26e914fd
 from __future__ import annotations
-import io, os, time, uuid, base64, pickle, threading
+import io, os, time, uuid, base64, pickle, warnings, threading, contextlib
 from pathlib import Path
 import torch
 from fastcore.basics import patch
 from .io import _safetensors_header
+from .core import on_main
 from .slots import make_slot, seal, unseal, read_seal, aligned, slots_home, SLOT_DATA
+from .slots import SlotWriter, WriterGone, persist_slot, wait_previous_writer, _ended
 
 # %% auto #0
 __all__ = []
@@ -85,7 +87,7 @@ class SlotRing:
                  count:int=2):                # How many slots
         if count < 2: raise ValueError(f'count={count}: a ring of slots needs 2 or more, one sealed and one to fill')
         self.folder, self.count = Path(folder or slots_home()/f'ddpsafe-slots-{os.getpid()}'), count
-        self.maps, self.handed, self.reserving = {}, set(), None
+        self.maps, self.handed, self.reserving, self.marks = {}, set(), None, {}
     @property
     def slots(self) -> list: return [self.folder/f'slot-{i}' for i in range(self.count)]
     def newest(self) -> Path|None:
@@ -132,6 +134,7 @@ def fill(self:SlotRing, step:int, # Optimizer steps done: the checkpoint's name
     buf = self._mapped(slot, nbytes, cuda)
     for dev in copy_into(buf, copies): torch.cuda.synchronize(dev)    # the copies land before the seal says they have
     seal(slot, dict(step=step, meta=meta or {}, files=recipes, nbytes=nbytes, fill=uuid.uuid4().hex, pid=os.getpid(), time=time.time()))
+    self.marks[slot] = _marks(files)   # `reseal` knows the tensors unchanged since
     return slot
 
 @patch
@@ -153,3 +156,167 @@ def close(self:SlotRing):
     "Unmap the slots (the sealed ones stay: the memory tier's checkpoints)"
     self._reserved()
     for s in list(self.maps): self._unmap(s)
+
+# %% ../nbs/07i_slot_copy.ipynb #b037f1ec
+def _tensors(tree) -> list:
+    "The tensors in `tree` (dicts, lists, tuples), in order"
+    if isinstance(tree, torch.Tensor): return [tree]
+    if isinstance(tree, dict): return [t for v in tree.values() for t in _tensors(v)]
+    if isinstance(tree, (list, tuple)): return [t for v in tree for t in _tensors(v)]
+    return []
+
+def _marks(files:dict) -> dict:
+    "Per file: (storage, version) of each tensor; `None` where one is new (version 0), so never known unchanged"
+    out = {}
+    for name, c in files.items():
+        ts = _tensors(c)
+        out[name] = None if any(t._version == 0 for t in ts) else tuple((t.untyped_storage().data_ptr(), t._version) for t in ts)
+    return out
+
+SMALL = 1 << 20   # a file of fewer bytes than this, resealed, goes into the seal itself
+
+def _small_bytes(name:str, c) -> bytes:
+    "File `name`'s bytes, for a small one written into a seal"
+    if isinstance(c, (bytes, bytearray)): return bytes(c)
+    if name.endswith('.safetensors'):
+        import safetensors.torch as st
+        return st.save({k: v.detach().cpu().contiguous() for k, v in c.items()})
+    b = io.BytesIO(); torch.save(c, b); return b.getvalue()
+
+@patch
+def reseal(self:SlotRing, step:int, files:dict, meta:dict|None=None) -> Path|None:
+    "Seal the newest slot again with `meta`, if it holds `step` and its big files' tensors have not changed since; the slot, or `None`"
+    slot = self.newest()
+    if slot is None or slot in self.handed or (old := read_seal(slot))['step'] != step: return None
+    marks, was, recipes = _marks(files), self.marks.get(slot, {}), {}
+    for name, c in files.items():
+        if marks[name] is not None and marks[name] == was.get(name) and name in old['files']: recipes[name] = old['files'][name]
+        elif isinstance(c, (bytes, bytearray)) or sum(t.numel()*t.element_size() for t in _tensors(c)) < SMALL:
+            recipes[name] = dict(kind='bytes', data=_b64(_small_bytes(name, c)))
+        else: return None       # a big file changed: a new slot
+    self.marks[slot] = marks
+    seal(slot, dict(old, meta=meta or {}, files=recipes, fill=uuid.uuid4().hex, time=time.time()))
+    return slot
+
+
+# %% ../nbs/07i_slot_copy.ipynb #7981cc21
+class SlotPipe:
+    "Rank 0's slots and writer process, shared by the disk's async saves and the memory tier"
+    def __init__(self, folder:Path,   # The rank's slots folder
+                 count:int=2,         # Slots in the ring
+                 background:bool=True): # Start a writer process? `False`: slots for the memory tier alone
+        self.ring, self.background = SlotRing(folder, count), background
+        self.writer = self.job = self.seconds = self.error = None
+        self.notes = []    # what rank 0 says on every rank at the next look: the writer's death
+    def __repr__(self): return f'SlotPipe({self.folder}, writer {self.writer and self.writer.pid})'
+    @property
+    def folder(self) -> Path: return self.ring.folder
+    @property
+    def busy(self) -> bool: return self.job is not None
+    def start(self, say=print):
+        "A writer an earlier launch left running waited for (named); then this fit's writer started"
+        wait_previous_writer(self.folder, say=say)
+        if self.background: self.writer = SlotWriter().start(self.folder)
+        return self
+
+@patch
+def reserve(self:SlotPipe, state):
+    "Make the ring's slots the size `state` needs (and a little more), on a thread of its own"
+    n = plan_slot({'state.pt': state})[2]; n += n//64 + SMALL
+    ring = self.ring
+    def make():
+        for s in ring.slots:
+            if s not in ring.handed and read_seal(s) is None: make_slot(s, n)
+    ring.reserving = threading.Thread(target=make, name='ddpsafe-slots', daemon=True); ring.reserving.start()
+
+@patch
+def free(self:SlotPipe) -> Path|None:
+    "The writer's replies taken, a slot free to fill, or `None`"
+    self.poll()
+    return self.ring.free()
+
+@patch
+def hand(self:SlotPipe, slot:Path, root, step:int, keep:int, comp:str|None, fit_ends:bool, done, also=()):
+    "Commit sealed `slot` (step `step`) to `root`: by the writer, or here once it is gone; `done(ck)` after the commit"
+    if self.writer is not None:
+        try:
+            self.writer.submit(slot, root, step, keep, comp, fit_ends, also)
+            self.ring.handed.add(slot)
+            self.job = dict(slot=slot, root=root, step=step, keep=keep, comp=comp, fit_ends=fit_ends, also=also, done=done, at=time.monotonic())
+            return None
+        except WriterGone as e: self._gone(e)
+        except OSError as e: self._gone(e)
+    began = time.monotonic()
+    try: ck = persist_slot(slot, root, keep, comp, fit_ends, step, also)
+    finally: self.seconds = time.monotonic() - began
+    return done(ck)
+
+@patch
+def poll(self:SlotPipe, timeout:float|None=0):
+    "Take the writer's replies within `timeout` seconds (`None`: wait for the write in flight): `done` after a commit, a failure kept for `take`"
+    if self.writer is None: return
+    if self.job is None:
+        if self.writer.proc.poll() is not None: self._gone(None)   # died idle: said, synchronous from now
+        return
+    try: replies = self.writer.poll(timeout) if timeout is not None else self.writer.wait()
+    except WriterGone as e: return self._gone(e)
+    for r in replies:
+        job, self.job = self.job, None
+        self.ring.handed.discard(job['slot']); self.seconds = r.get('seconds')
+        if r['ok']: job['done'](Path(r['path']))
+        else: self.error = OSError(f"ddpsafe: the checkpoint writer process could not commit step {job['step']}: {r['error']}")
+
+@patch
+def _gone(self:SlotPipe, e):
+    "The writer died: named (pid, how, the step it held), that step committed here from its sealed slot; synchronous from now on"
+    w, job, self.writer, self.job = self.writer, self.job, None, None
+    rc = w.proc.poll()
+    if rc is None:
+        with contextlib.suppress(Exception): rc = w.proc.wait(5)
+    for f in (w.proc.stdin, w.proc.stdout):
+        with contextlib.suppress(Exception): f.close()
+    how = _ended(rc) if rc is not None else f'stopped answering ({e})'
+    lost = f' while it wrote step {job["step"]}' if job else ''
+    self.notes.append(f'ddpsafe: the checkpoint writer process (pid {w.pid}) {how}{lost}; nothing already committed is lost'
+                      + (f', and step {job["step"]}, still sealed in {job["slot"]}, is committed by the trainer now' if job else '')
+                      + ': the rest of this fit saves synchronously, in the training process')
+    if job is None: return
+    self.ring.handed.discard(job['slot'])
+    began = time.monotonic()
+    try: job['done'](persist_slot(job['slot'], job['root'], job['keep'], job['comp'], job['fit_ends'], job['step'], job['also']))
+    except Exception as err: self.error = err
+    finally: self.seconds = time.monotonic() - began
+
+@patch
+def take_error(self:SlotPipe) -> BaseException|None:
+    "The failed write's error, once"
+    err, self.error = self.error, None
+    return err
+
+@patch
+def take_notes(self:SlotPipe) -> list:
+    "What the pipeline has to say on every rank, once"
+    notes, self.notes = self.notes, []
+    return notes
+
+@patch
+def close(self:SlotPipe, timeout:float|None=None):
+    "Let the writer commit what it holds and exit; unmap the slots (the sealed ones stay: the memory tier's)"
+    try:
+        if self.writer is not None:
+            try: self.poll(None if timeout is None else timeout)
+            finally:
+                if self.writer is not None: self.writer.close(timeout); self.writer = None
+    finally: self.ring.close()
+
+def everywhere(pipe:SlotPipe|None, f, *args):
+    "Rank 0 runs `f(*args)`: its result, or its error, on every rank, and every rank warns what `pipe` said meanwhile (its writer's death)"
+    def run():
+        try: res, err = f(*args), None
+        except Exception as e: res, err = None, e
+        return res, err, pipe.take_notes() if pipe is not None else []
+    res, err, notes = on_main(run)
+    for n in notes: warnings.warn(n)
+    if err is not None: raise err
+    return res
+

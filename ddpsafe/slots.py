@@ -159,7 +159,8 @@ def persist_slot(slot:Path,        # A sealed slot
                  keep:int=3,       # Keep the newest this many, as `rotate` counts them
                  comp:str|None=None, # 'less' or 'greater': the best checkpoint by its metric is kept too; `None`: no best
                  fit_ends:bool=True, # Keep the last checkpoint of each earlier fit too
-                 step:int|None=None # The step the caller expects the slot to hold
+                 step:int|None=None, # The step the caller expects the slot to hold
+                 also=()            # More checkpoints to keep whatever their age (ones being uploaded)
                 ) -> Path:
     "Commit sealed `slot` as a checkpoint in `root` (`commit_checkpoint`), its files' bytes straight from the slot"
     slot = Path(slot)
@@ -170,7 +171,7 @@ def persist_slot(slot:Path,        # A sealed slot
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if record.get('nbytes') else None
         view = memoryview(mm) if mm is not None else memoryview(b'')
         try: return commit_checkpoint(root, record['step'], slot_writers(slot, record, view), record.get('meta'), keep,
-                                      COMPARISONS[comp], fit_ends=fit_ends)
+                                      COMPARISONS[comp], also=[Path(p) for p in also], fit_ends=fit_ends)
         finally:
             with contextlib.suppress(BufferError): view.release(); mm is not None and mm.close()
 
@@ -193,7 +194,7 @@ def serve(jobs=None, replies=None, nice:int=19):
     for line in (jobs or sys.stdin.buffer):
         if not line.strip(): continue
         job, began = json.loads(line), time.monotonic()
-        try: reply = dict(ok=True, path=str(persist_slot(job['slot'], job['root'], job.get('keep', 3), job.get('comp'), job.get('fit_ends', True), job.get('step'))))
+        try: reply = dict(ok=True, path=str(persist_slot(job['slot'], job['root'], job.get('keep', 3), job.get('comp'), job.get('fit_ends', True), job.get('step'), job.get('also', ()))))
         except Exception as e: reply = dict(ok=False, error=f'{type(e).__name__}: {e}')
         replies.write(json.dumps(dict(reply, id=job['id'], step=job.get('step'), seconds=time.monotonic()-began)).encode() + b'\n'); replies.flush()
 
@@ -228,11 +229,11 @@ class SlotWriter:
         steps = ', '.join(str(j['step']) for j in self.pending.values())
         raise WriterGone(errno.EPIPE, f'ddpsafe: the checkpoint writer process (pid {self.proc.pid}) {_ended(self.proc.returncode)} before it committed '
                          f'step {steps}: not committed, earlier checkpoints are unchanged; the slot is still sealed in memory')
-    def submit(self, slot:Path, root, step:int, keep:int=3, comp:str|None=None, fit_ends:bool=True) -> int:
+    def submit(self, slot:Path, root, step:int, keep:int=3, comp:str|None=None, fit_ends:bool=True, also=()) -> int:
         "Hand sealed `slot` (checkpoint `step`) to the writer; the job's id"
         if self.proc is None: self.start()
         self.next_id += 1
-        job = dict(id=self.next_id, slot=str(slot), step=step, root=str(root), keep=keep, comp=comp, fit_ends=fit_ends)
+        job = dict(id=self.next_id, slot=str(slot), step=step, root=str(root), keep=keep, comp=comp, fit_ends=fit_ends, also=[str(p) for p in also])
         self.pending[job['id']] = job
         try: self.proc.stdin.write(json.dumps(job).encode() + b'\n'); self.proc.stdin.flush()
         except (BrokenPipeError, OSError): self.proc.wait(5); self._gone(); raise
