@@ -66,7 +66,7 @@ class MemoryTier(Tier):
     def slots(self) -> Path: return self.folder/'rank-0'   # rank 0's slots: a whole model's checkpoint
     def _pipe(self) -> SlotPipe:
         "The slots: the saver's, or the tier's own (no writer process: a sealed slot is the checkpoint)"
-        if self.pipe is None: self.pipe, self.own = SlotPipe(self.slots, background=False), True
+        if self.pipe is None: self.pipe, self.own = SlotPipe(self.slots, max(2, self.keep), background=False), True
         return self.pipe
     def due(self, steps:int) -> bool:
         "Is a memory checkpoint due after `steps` optimizer steps of the fit?"

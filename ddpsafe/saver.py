@@ -57,7 +57,7 @@ class Saver(Tier):
         self.piped = async_save and not sharded and storage.local   # a whole model to a local folder: sealed in a slot, committed by the writer process
         self.writer, self.buffers = (AsyncWriter(), StateBuffers()) if async_save and not self.piped else (None, None)
         if self.pipe is None and (self.piped or memory is not None):
-            self.pipe = SlotPipe(_slots_folder(root, memory), background=self.piped)
+            self.pipe = SlotPipe(_slots_folder(root, memory), max(2, memory.keep) if memory is not None else 2, self.piped)
             if is_main(): self.pipe.start()
         if memory is not None: memory.pipe = self.pipe        # one ring of slots: the memory tier's checkpoint is its newest
         self.submitted, self.waited = None, False   # (step, time) of the last background write handed over; has a save waited this fit?

@@ -100,6 +100,48 @@ class SlotRing:
         cands = [s for s in self.slots if s != newest and s not in self.handed]
         return min(cands, key=lambda s: (read_seal(s) or {}).get('step', -1), default=None)
 
+# %% ../nbs/07i_slot_copy.ipynb #b037f1ec
+def _tensors(tree) -> list:
+    "The tensors in `tree` (dicts, lists, tuples), in order"
+    if isinstance(tree, torch.Tensor): return [tree]
+    if isinstance(tree, dict): return [t for v in tree.values() for t in _tensors(v)]
+    if isinstance(tree, (list, tuple)): return [t for v in tree for t in _tensors(v)]
+    return []
+
+def _marks(files:dict) -> dict:
+    "Per file: (storage, version) of each tensor; `None` where one is new (version 0), so never known unchanged"
+    out = {}
+    for name, c in files.items():
+        ts = _tensors(c)
+        out[name] = None if any(t._version == 0 for t in ts) else tuple((t.untyped_storage().data_ptr(), t._version) for t in ts)
+    return out
+
+SMALL = 1 << 20   # a file of fewer bytes than this, resealed, goes into the seal itself
+
+def _small_bytes(name:str, c) -> bytes:
+    "File `name`'s bytes, for a small one written into a seal"
+    if isinstance(c, (bytes, bytearray)): return bytes(c)
+    if name.endswith('.safetensors'):
+        import safetensors.torch as st
+        return st.save({k: v.detach().cpu().contiguous() for k, v in c.items()})
+    b = io.BytesIO(); torch.save(c, b); return b.getvalue()
+
+@patch
+def reseal(self:SlotRing, step:int, files:dict, meta:dict|None=None) -> Path|None:
+    "Seal the newest slot again with `meta`, if it holds `step` and its big files' tensors have not changed since; the slot, or `None`"
+    slot = self.newest()
+    if slot is None or slot in self.handed or (old := read_seal(slot))['step'] != step: return None
+    marks, was, recipes = _marks(files), self.marks.get(slot, {}), {}
+    for name, c in files.items():
+        if marks[name] is not None and marks[name] == was.get(name) and name in old['files']: recipes[name] = old['files'][name]
+        elif isinstance(c, (bytes, bytearray)) or sum(t.numel()*t.element_size() for t in _tensors(c)) < SMALL:
+            recipes[name] = dict(kind='bytes', data=_b64(_small_bytes(name, c)))
+        else: return None       # a big file changed: a new slot
+    self.marks[slot] = marks
+    seal(slot, dict(old, meta=meta or {}, files=recipes, fill=uuid.uuid4().hex, time=time.time()))
+    return slot
+
+
 # %% ../nbs/07i_slot_copy.ipynb #2308a35c
 @patch
 def _mapped(self:SlotRing, slot:Path, nbytes:int, cuda:bool) -> torch.Tensor:
@@ -157,48 +199,6 @@ def close(self:SlotRing):
     self._reserved()
     for s in list(self.maps): self._unmap(s)
 
-# %% ../nbs/07i_slot_copy.ipynb #b037f1ec
-def _tensors(tree) -> list:
-    "The tensors in `tree` (dicts, lists, tuples), in order"
-    if isinstance(tree, torch.Tensor): return [tree]
-    if isinstance(tree, dict): return [t for v in tree.values() for t in _tensors(v)]
-    if isinstance(tree, (list, tuple)): return [t for v in tree for t in _tensors(v)]
-    return []
-
-def _marks(files:dict) -> dict:
-    "Per file: (storage, version) of each tensor; `None` where one is new (version 0), so never known unchanged"
-    out = {}
-    for name, c in files.items():
-        ts = _tensors(c)
-        out[name] = None if any(t._version == 0 for t in ts) else tuple((t.untyped_storage().data_ptr(), t._version) for t in ts)
-    return out
-
-SMALL = 1 << 20   # a file of fewer bytes than this, resealed, goes into the seal itself
-
-def _small_bytes(name:str, c) -> bytes:
-    "File `name`'s bytes, for a small one written into a seal"
-    if isinstance(c, (bytes, bytearray)): return bytes(c)
-    if name.endswith('.safetensors'):
-        import safetensors.torch as st
-        return st.save({k: v.detach().cpu().contiguous() for k, v in c.items()})
-    b = io.BytesIO(); torch.save(c, b); return b.getvalue()
-
-@patch
-def reseal(self:SlotRing, step:int, files:dict, meta:dict|None=None) -> Path|None:
-    "Seal the newest slot again with `meta`, if it holds `step` and its big files' tensors have not changed since; the slot, or `None`"
-    slot = self.newest()
-    if slot is None or slot in self.handed or (old := read_seal(slot))['step'] != step: return None
-    marks, was, recipes = _marks(files), self.marks.get(slot, {}), {}
-    for name, c in files.items():
-        if marks[name] is not None and marks[name] == was.get(name) and name in old['files']: recipes[name] = old['files'][name]
-        elif isinstance(c, (bytes, bytearray)) or sum(t.numel()*t.element_size() for t in _tensors(c)) < SMALL:
-            recipes[name] = dict(kind='bytes', data=_b64(_small_bytes(name, c)))
-        else: return None       # a big file changed: a new slot
-    self.marks[slot] = marks
-    seal(slot, dict(old, meta=meta or {}, files=recipes, fill=uuid.uuid4().hex, time=time.time()))
-    return slot
-
-
 # %% ../nbs/07i_slot_copy.ipynb #7981cc21
 class SlotPipe:
     "Rank 0's slots and writer process, shared by the disk's async saves and the memory tier"
@@ -237,7 +237,8 @@ def free(self:SlotPipe) -> Path|None:
 
 @patch
 def hand(self:SlotPipe, slot:Path, root, step:int, keep:int, comp:str|None, fit_ends:bool, done, also=()):
-    "Commit sealed `slot` (step `step`) to `root`: by the writer, or here once it is gone; `done(ck)` after the commit"
+    "Commit sealed `slot` (step `step`) to `root`: by the writer (after the write in flight), or here once it is gone; `done(ck)` after the commit"
+    if self.job is not None: self.poll(None)   # one write in flight at a time
     if self.writer is not None:
         try:
             self.writer.submit(slot, root, step, keep, comp, fit_ends, also)
