@@ -60,6 +60,7 @@ class MemoryTier(Tier):
         self.found = on_main(self.folder.is_dir)   # on rank 0's node, as this launch began; made by the first commit
         self.pipe, self.own = None, False       # rank 0's slots, shared with the disk's async saves (`Saver` sets it); else its own
         self.restored = self.launch_held = None # as this launch began: the step of a slot committed to disk, the steps sealed
+        self.damaged = []                       # and the slots whose seal could not be read: (name, why)
         self.skipped = self.off = False         # has a save been skipped this fit? did a write fail?
     def __repr__(self): return f'MemoryTier({self.folder}, every {self.every_steps} steps, keep {self.keep})'
     @property
@@ -215,6 +216,7 @@ def resume_note(self:MemoryTier,
         return f'{where}: resuming from its step {self.restored}, newer than any checkpoint on disk (sealed by the last launch, committed to {ck.parent} first)'
     if ck.parent == self.folder: return f'{where}: resuming from its step {checkpoint_step(ck)}, newer than any checkpoint on disk' + (f'; {damaged}, skipped' if bad else '')
     if bad: return f'{where}: {damaged}: falling back to disk, {ck}'
+    if self.damaged: return f'{where}: {", ".join(n for n, _ in self.damaged)} damaged ({self.damaged[0][1][:300]}): falling back to disk, {ck}'
     if not self.found: return (f'{where}: not on this node (a first launch here, a restart on another node, /dev/shm cleared, '
                                f'or emptied when the last launch saved its end to disk): resuming from disk, {ck}')
     held = self.holds() if self.launch_held is None else [(s, 0) for s in self.launch_held] + self.holds()   # the slots were emptied as this launch began

@@ -21,7 +21,7 @@ from .snapshot import StateBuffers, AsyncWriter, Tier, _pace
 from .sharded import write_in_shards, in_shards_to   # how a checkpoint is written in shards, and whether it is
 from .parts import checkpoint_writers
 from .upload import Uploader
-from .slots import slots_home, sealed_slots, persist_slot, unseal
+from .slots import slots_home, read_seal, persist_slot, unseal
 from .slot_copy import SlotPipe, everywhere
 from .core import using_side_group
 
@@ -224,7 +224,12 @@ def _discard_slots(folder:Path):
 @patch
 def recover(self:Saver) -> int|None:
     "Rank 0, as a fit starts: the newest slot an earlier launch sealed, committed to disk if it is newer than any checkpoint there; then every slot emptied. Its step, if committed"
-    found, done = sealed_slots(self.pipe.folder), None
+    found, damaged, done = [], [], None
+    for s in self.pipe.ring.slots:
+        try: r = read_seal(s)
+        except (ValueError, KeyError) as e: damaged.append((s.name, f'its seal is unreadable: {e}')); continue
+        if r is not None: found.append((r['step'], s))
+    found.sort()
     if found:
         step, slot = found[-1]
         disk = [newest_complete(r, checksums=False) for r in filter(None, (self.root, self.far))]
@@ -233,7 +238,7 @@ def recover(self:Saver) -> int|None:
             persist_slot(slot, self.root, self.keep, _comp_name(self.comp), True, step, self._uploading())
             done = step
     for s in self.pipe.ring.slots: unseal(s)   # on disk now, or older than it: the ring starts empty
-    if self.memory is not None: self.memory.launch_held, self.memory.restored = [s for s, _ in found], done
+    if self.memory is not None: self.memory.launch_held, self.memory.restored, self.memory.damaged = [s for s, _ in found], done, damaged
     elif done is not None: print(f'ddpsafe: step {done}, sealed in memory by the last launch ({self.pipe.folder}), committed to {self.root}')
     return done
 

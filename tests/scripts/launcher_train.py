@@ -39,6 +39,7 @@ def parse_args(argv=None):
     p.add_argument('--worker-start-seconds', type=float, default=None)
     p.add_argument('--memory-every-steps', type=int, default=None, help='also save to the memory tier every N steps')
     p.add_argument('--memory-path', default=None, help="the memory tier's folder; default: one of the run's own in /dev/shm")
+    p.add_argument('--async-save', action='store_true', help='async_save=True: saves sealed in slots, written by the writer process')
     return p.parse_args(argv)
 
 class TensorBatches:
@@ -115,7 +116,8 @@ def main(argv=None) -> int:
         os.register_at_fork(after_in_child=stuck_child)   # every later child inherits hung=[True]: the parent's copy is set in before_fork
         os.register_at_fork(after_in_parent=lambda: hung.__setitem__(0, True))
 
-    cb = Markers(every_steps=a.every_steps, every_epoch=None, keep=3, memory_every_steps=a.memory_every_steps, memory_path=a.memory_path)
+    cb = Markers(every_steps=a.every_steps, every_epoch=None, keep=3, memory_every_steps=a.memory_every_steps, memory_path=a.memory_path,
+                 async_save=a.async_save)
     code = 0
     try:
         with learn.distrib_ctx(): learn.fit_one_cycle(a.n_epoch, 1e-2, cbs=cb)

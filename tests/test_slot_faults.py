@@ -1,0 +1,170 @@
+"""Issue 61 wired in, through the real callback: the writer process SIGKILLed with a save in hand during a 2-rank fit, the
+trainer SIGKILLed just after it sealed a memory checkpoint, and the host memory a fit with async saves and the memory
+tier takes.
+
+- The writer killed: named on every rank (its pid, the signal, the step it held), the fit goes on with synchronous saves,
+  every checkpoint left verifies, and the run ends with the weights of an uninterrupted one.
+- The trainer killed after a seal: the next launch waits for the old writer, commits the sealed slot to disk (it is newer
+  than any checkpoint there), resumes from it (rank 0 says the memory tier's step was resumed), and ends as the
+  uninterrupted run.
+
+Every launch and every wait is bounded, and a timeout names the rank or the process that did not arrive."""
+from __future__ import annotations
+import os, re, json, time, signal, subprocess, sys, textwrap
+from pathlib import Path
+import pytest
+from ddpsafe.testing import wait_until, WaitTimeout
+from ddpsafe.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint
+from ddpsafe.commit import temporaries
+from ddpsafe.slots import sealed_slots, previous_writer, WRITER
+from conftest import final_weights, same_weights, Launch, report, torchrun_cmd, needs_torchrun, ROOT
+
+SCRIPT = ROOT/'tests'/'scripts'/'launcher_train.py'
+N_EPOCH, DISK_EVERY = 4, 4
+C10D = ['--rdzv-backend', 'c10d', '--rdzv-endpoint', 'localhost:0']
+C10D_ENV = dict(TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1)
+
+def train_args(run:Path, *extra, slow:float=0.2) -> list:
+    return [str(SCRIPT), str(run), str(N_EPOCH), '--every-steps', str(DISK_EVERY), '--slow', str(slow), '--workers', '0',
+            '--marks', str(run/'marks'), '--out', str(run/'w'), *extra]
+
+@pytest.fixture(scope='module')
+def tmp_root(tmp_path_factory): return tmp_path_factory.mktemp('slot-faults')
+
+_baseline = {}
+def baseline(tools, tmp_root:Path) -> list:
+    "The final weights of an uninterrupted run of the same script, synchronous saves, no memory tier (once per module)"
+    if 'w' not in _baseline:
+        run = tmp_root/'baseline'
+        l = Launch(torchrun_cmd(*C10D) + train_args(run, slow=0), run, tools, 'baseline', **C10D_ENV)
+        code = l.wait(180)
+        assert code == 0, l.output()[-4000:]
+        _baseline['w'] = final_weights(run)
+    return _baseline['w']
+
+def writer_pid(folder:Path, l:Launch, timeout:float=60) -> int:
+    "The pid of the writer process rank 0 started, from its record in `folder`"
+    try: return wait_until(lambda: previous_writer(folder), timeout, f'the writer process recorded in {folder/WRITER}', rank=0, every=0.02)
+    except WaitTimeout as e: l.kill(); pytest.fail(f'{l.name}: {e}\n{l.output()[-4000:]}')
+
+def disk_saves(l:Launch) -> list: return [int(s) for s, why in l.saves(0) if why == 'steps']
+
+@needs_torchrun
+@pytest.mark.timeout(480)
+def test_writer_killed_mid_write(tools, tmp_root):
+    "SIGKILL to the writer process while it holds a disk save: named on both ranks, the fit ends with synchronous saves, nothing lost"
+    base = baseline(tools, tmp_root)
+    run = tmp_root/'writer-killed'; mem = run/'mem'
+    l = Launch(torchrun_cmd(*C10D) + train_args(run, '--async-save', '--memory-every-steps', '1', '--memory-path', str(mem)), run, tools, 'writer-killed', **C10D_ENV)
+    pid = writer_pid(mem/'rank-0', l)
+    try: wait_until(lambda: disk_saves(l) or l.proc.poll() is not None, 120, 'a first disk save', rank=0, every=0.01)
+    except WaitTimeout as e: l.kill(); pytest.fail(f'{l.name}: {e}\n{l.output()[-4000:]}')
+    os.kill(pid, signal.SIGSTOP)                        # the next disk save is handed to a writer that does not read it
+    before = len(disk_saves(l))
+    try: wait_until(lambda: len(disk_saves(l)) > before or l.proc.poll() is not None, 120, 'a disk save handed to the stopped writer', rank=0, every=0.01)
+    except WaitTimeout as e: os.kill(pid, signal.SIGKILL); l.kill(); pytest.fail(f'{l.name}: {e}\n{l.output()[-4000:]}')
+    held = disk_saves(l)[-1]
+    os.kill(pid, signal.SIGKILL)
+    code = l.wait(240)
+    out = l.output()
+    named = re.findall(rf'ddpsafe: the checkpoint writer process \(pid {pid}\) was killed by SIGKILL \(out of memory, or killed by hand\) while it wrote step (\d+); '
+                       rf'nothing already committed is lost, and step \1, still sealed in \S+, is committed by the trainer now: the rest of this fit saves synchronously', out)
+    kept = checkpoints(run/'checkpoints')
+    report(launch='torchrun, writer SIGKILLed with a save in hand', writer=pid, held=held, named=named, exit=code, kept=[p.name for p in kept], seconds=l.seconds)
+    assert code == 0, f'torchrun exited {code}\n{out[-5000:]}'
+    assert [x and x['code'] for x in l.results()] == [0, 0], l.results()
+    assert named == [str(held)]*2, f'the writer\'s death was not named once on each of the 2 ranks (step {held}): {named}\n{out[-5000:]}'
+    assert previous_writer(mem/'rank-0') is None
+    assert kept and all(check_checkpoint(p) == [] for p in kept), [(p.name, check_checkpoint(p)) for p in kept]
+    assert temporaries(run/'checkpoints') == []
+    assert checkpoint_step(newest_complete(run/'checkpoints')) == max(disk_saves(l) + [int(s) for s, _ in l.saves(0)])   # the fit's end, on disk
+    assert all(same_weights(a, b) for a, b in zip(final_weights(run), base)), 'the fit whose writer died ended unlike the uninterrupted run'
+    assert not mem.exists(), f'{mem} is left after the run saved its end to disk'
+
+@needs_torchrun
+@pytest.mark.timeout(480)
+def test_trainer_killed_after_seal(tools, tmp_root):
+    "SIGKILL to rank 0 just after it sealed a memory checkpoint newer than the disk's: the next launch commits the slot, resumes from it, ends as the uninterrupted run"
+    base = baseline(tools, tmp_root)
+    run = tmp_root/'trainer-killed'; mem = run/'mem'
+    args = train_args(run, '--async-save', '--memory-every-steps', '1', '--memory-path', str(mem), slow=0.3)
+    l = Launch(torchrun_cmd(*C10D) + args, run, tools, 'killed', **C10D_ENV)
+    def found():
+        if l.proc.poll() is not None: return -1
+        return next((int(s) for s, why in l.saves(0) if why == 'memory' and int(s) >= 6 and int(s) % DISK_EVERY == 2), None)
+    try: m = wait_until(found, 150, 'a memory save at step 6, 10 or 14', rank=0, every=0.005)
+    except WaitTimeout as e: l.kill(); pytest.fail(f'{l.name}: {e}\n{l.output()[-4000:]}')
+    if m < 0: pytest.fail(f'{l.name}: the launcher ended (exit {l.proc.poll()}) before rank 0 saved to the memory tier\n{l.output()[-4000:]}')
+    os.kill(l.pid(0), signal.SIGKILL)
+    code = l.wait(120)
+    assert code != 0, f'torchrun exited {code} after rank 0 was killed'
+    sealed = [s for s, _ in sealed_slots(mem/'rank-0')]
+    disk = newest_complete(run/'checkpoints', checksums=False)
+    assert sealed and sealed[-1] == m and (disk is None or checkpoint_step(disk) < m), (sealed, disk, m)
+    l2 = Launch(torchrun_cmd(*C10D) + args, run, tools, 'relaunched', **C10D_ENV)
+    code = l2.wait(240)
+    out = l2.output()
+    said = re.findall(rf'ddpsafe: memory tier {re.escape(str(mem))}: resuming from its step (\d+), newer than any checkpoint on disk \(sealed by the last launch', out)
+    report(launch='torchrun, rank 0 SIGKILLed after a memory seal, relaunched', killed_after_seal=m, disk=disk and disk.name, resumed=said, exit=code, seconds=l2.seconds)
+    assert code == 0, f'the second launch exited {code}\n{out[-5000:]}'
+    assert said == [str(m)], f'the relaunch did not resume from the sealed step {m}: {said}\n{out[-5000:]}'
+    assert f'resumed from {run/"checkpoints"/f"step-{m:08d}"} ' in out, out[-5000:]
+    assert all(same_weights(a, b) for a, b in zip(final_weights(run), base)), 'resumed from the sealed slot, the run ended unlike the uninterrupted run'
+
+RSS_FIT = textwrap.dedent('''
+    import sys, os, json, time, threading
+    from pathlib import Path
+    import torch, fastai.callback.progress
+    torch.set_num_threads(1)
+    from fastai.learner import Learner
+    from fastai.losses import MSELossFlat
+    from ddpsafe.testing import synth_dls
+    from ddpsafe.checkpoint import CheckpointCallback
+    run, with_cb = Path(sys.argv[1]), sys.argv[2] == '1'
+    def anon():
+        for l in open('/proc/self/status'):
+            if l.startswith('RssAnon:'): return int(l.split()[1]) * 1024
+    def shm(folder):
+        n = 0
+        for d, _, fs in os.walk(folder):
+            for f in fs:
+                try: n += os.stat(os.path.join(d, f)).st_blocks * 512
+                except FileNotFoundError: pass
+        return n
+    mem, peak, stop = run/'mem', [0], threading.Event()
+    def sample():
+        while not stop.is_set(): peak[0] = max(peak[0], anon() + shm(mem)); time.sleep(0.003)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 2048), torch.nn.Linear(2048, 2048), torch.nn.Linear(2048, 2048), torch.nn.Linear(2048, 1))
+    learn = Learner(synth_dls(96, 8, 0, run), model, loss_func=MSELossFlat(), lr=1e-4, path=run)
+    cbs = [CheckpointCallback(every_steps=3, async_save=True, memory_every_steps=1, memory_path='mem', keep=2)] if with_cb else []
+    start = anon(); th = threading.Thread(target=sample, daemon=True); th.start()
+    with learn.no_bar(), learn.no_logging(): learn.fit(2, cbs=cbs)
+    stop.set(); th.join()
+    state = sum(t.numel()*t.element_size() for t in learn.model.state_dict().values())
+    state += sum(t.numel()*t.element_size() for s in learn.opt.state.values() for t in s.values() if isinstance(t, torch.Tensor))
+    print('RESULT ' + json.dumps(dict(start=start, peak=peak[0], state=state)))
+''')
+
+@pytest.mark.timeout(300)
+def test_host_memory_of_async_and_memory_tier(tmp_path):
+    """Peak host memory of a fit with `async_save=True` and the memory tier, beyond the same fit's without the callback: at most 2.2x the state.
+
+    The measure, sampled every 3 ms by a thread of the trainer: its anonymous resident memory (`RssAnon` in
+    /proc/self/status) plus the bytes of the run's slots folder in /dev/shm (their allocated blocks). Not RSS: the trainer
+    maps its slots, so RSS counts their pages that it has touched (`RssShmem`), and RSS + /dev/shm would count them twice.
+    The writer process is not counted: it maps the slots too (shared pages, counted once in /dev/shm) and holds nothing else
+    of size. The same fit without the callback gives the baseline (the model, Adam's state, the loader, the allocator's
+    caches); what the checkpoints add over it is compared with the state (the model's and the optimizer's bytes)."""
+    out = {}
+    for name, cb in (('bare', '0'), ('saved', '1')):
+        run = tmp_path/name; run.mkdir()
+        p = subprocess.run([sys.executable, '-c', RSS_FIT, str(run), cb], capture_output=True, text=True, timeout=240,
+                           env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get('PYTHONPATH')]))))
+        assert p.returncode == 0, f'the {name} fit (pid unknown, exit {p.returncode}) failed\n{p.stderr[-4000:]}'
+        out[name] = json.loads(next(l for l in p.stdout.splitlines() if l.startswith('RESULT '))[7:])
+    state = out['saved']['state']
+    extra = (out['saved']['peak'] - out['saved']['start']) - (out['bare']['peak'] - out['bare']['start'])
+    report(test='host memory', state_mb=round(state/2**20, 1), extra_mb=round(extra/2**20, 1), ratio=round(extra/state, 2),
+           bare_peak_mb=round((out['bare']['peak']-out['bare']['start'])/2**20, 1), saved_peak_mb=round((out['saved']['peak']-out['saved']['start'])/2**20, 1))
+    assert extra <= 2.2*state, f'the checkpoints took {extra/2**20:.1f} MB beyond the fit\'s own, {extra/state:.2f}x the state of {state/2**20:.1f} MB (at most 2.2x)'
+    assert extra >= 1.5*state, f'{extra/2**20:.1f} MB beyond the fit\'s own: less than the two slots, so the measure misses them'
