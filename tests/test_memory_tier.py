@@ -8,6 +8,11 @@ checkpoint is the memory tier's.
 - Without restarts, the memory tier (in a folder of the test's, `--memory-path`) deleted or damaged between the two
   launches: the second launch resumes from the disk's newest, rank 0 says why, and the weights are the same.
 
+Since issue 61 the memory tier is a ring of sealed slots in its folder (`rank-0/slot-K`), not checkpoint folders: a launch
+that finds a sealed slot newer than the disk's newest commits it to disk first and resumes from there (rank 0 still says
+the memory tier's step was resumed). "Damaged" is a seal cut short: a slot holds no checksums (the trainer hashes
+nothing), so a flipped byte in a slot's data is not found.
+
 Every launch is bounded: a launcher that does not end in time fails naming the ranks without a result; a save or a
 restart that does not come fails naming the rank awaited."""
 from __future__ import annotations
@@ -17,6 +22,7 @@ import pytest, torch
 from ddpsafe.testing import wait_until, WaitTimeout
 from ddpsafe.memory import memory_folder, SHM
 from ddpsafe.manifest import checkpoints, checkpoint_step, newest_complete
+from ddpsafe.slots import sealed_slots
 from conftest import final_weights, same_weights, Launch, report, torchrun_cmd, needs_torchrun, ROOT
 
 SCRIPT = ROOT/'tests'/'scripts'/'launcher_train.py'
@@ -92,7 +98,7 @@ def test_restart_resumes_from_memory(tools, tmp_root, shm_left):
     assert [x and x['code'] for x in l.results()] == [0, 0], l.results()
     assert f'ddpsafe: memory tier in {mem}: a checkpoint every 1 steps' in out, out[-3000:]
     assert said == [str(m)], f'the restart did not resume from the memory tier at step {m}: {said}\n{out[-5000:]}'
-    assert f'resumed from {mem}/step-{m:08d} ' in out, out[-5000:]
+    assert f'resumed from {run}/checkpoints/step-{m:08d} ' in out, out[-5000:]   # the sealed slot, committed to disk as the launch began
     assert all(same_weights(a, b) for a, b in zip(final_weights(run), base)), 'resumed from the memory tier, the run ended with weights unlike the uninterrupted run'
     assert not mem.exists(), f'{mem} is left in /dev/shm after the run saved its end to disk: {sorted(p.name for p in mem.iterdir())}'
 
@@ -108,19 +114,18 @@ def test_falls_back_to_disk(tools, tmp_root, harm):
     m = kill_after_memory_save(l)
     code = l.wait(120)
     assert code != 0, f'torchrun without restarts exited {code} after a rank was killed'
-    held, disk = [checkpoint_step(p) for p in checkpoints(mem)], newest_complete(run/'checkpoints')
+    held, disk = [s for s, _ in sealed_slots(mem/'rank-0')], newest_complete(run/'checkpoints')
     assert held and held[-1] >= m and checkpoint_step(disk) < held[-1], (held, disk, m)
     if harm == 'deleted': shutil.rmtree(mem)
     else:
-        for ck in checkpoints(mem):
-            f = ck/'model.safetensors'; raw = bytearray(f.read_bytes()); raw[-3] ^= 1; f.write_bytes(raw)
+        for _, slot in sealed_slots(mem/'rank-0'): (slot/'sealed.json').write_text('{"step": ')   # every seal cut short
     l2 = Launch(torchrun_cmd(*C10D) + args, run, tools, 'resumed', **C10D_ENV)
     code = l2.wait(180)
     out = l2.output()
     report(launch=f'torchrun, memory tier {harm} between launches', killed_after_memory_save=m, disk=disk.name, exit=code, seconds=l2.seconds)
     assert code == 0, f'the second launch exited {code}\n{out[-5000:]}'
-    why = f'ddpsafe: memory tier {mem}: not on this node' if harm == 'deleted' else f'ddpsafe: memory tier {mem}: step-'
+    why = f'ddpsafe: memory tier {mem}: not on this node' if harm == 'deleted' else f'ddpsafe: memory tier {mem}: slot-'
     assert why in out, out[-5000:]
-    if harm == 'damaged': assert re.search(rf'{re.escape(str(mem))}: step-\d+, step-\d+ damaged \(.*checksum differs.*: falling back to disk, {re.escape(str(disk))}', out), out[-5000:]
+    if harm == 'damaged': assert re.search(rf'{re.escape(str(mem))}: slot-\d, slot-\d damaged \(its seal is unreadable.*: falling back to disk, {re.escape(str(disk))}', out), out[-5000:]
     assert f'resumed from {disk} ' in out, out[-5000:]
     assert all(same_weights(a, b) for a, b in zip(final_weights(run), base)), f'resumed from disk after the memory tier was {harm}, the run ended unlike the uninterrupted run'

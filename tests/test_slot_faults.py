@@ -14,7 +14,7 @@ import os, re, json, time, signal, subprocess, sys, textwrap
 from pathlib import Path
 import pytest
 from ddpsafe.testing import wait_until, WaitTimeout
-from ddpsafe.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint
+from ddpsafe.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint, checkpoint_name
 from ddpsafe.commit import temporaries
 from ddpsafe.slots import sealed_slots, previous_writer, WRITER
 from conftest import final_weights, same_weights, Launch, report, torchrun_cmd, needs_torchrun, ROOT
@@ -57,13 +57,15 @@ def test_writer_killed_mid_write(tools, tmp_root):
     run = tmp_root/'writer-killed'; mem = run/'mem'
     l = Launch(torchrun_cmd(*C10D) + train_args(run, '--async-save', '--memory-every-steps', '1', '--memory-path', str(mem)), run, tools, 'writer-killed', **C10D_ENV)
     pid = writer_pid(mem/'rank-0', l)
-    try: wait_until(lambda: disk_saves(l) or l.proc.poll() is not None, 120, 'a first disk save', rank=0, every=0.01)
-    except WaitTimeout as e: l.kill(); pytest.fail(f'{l.name}: {e}\n{l.output()[-4000:]}')
-    os.kill(pid, signal.SIGSTOP)                        # the next disk save is handed to a writer that does not read it
-    before = len(disk_saves(l))
-    try: wait_until(lambda: len(disk_saves(l)) > before or l.proc.poll() is not None, 120, 'a disk save handed to the stopped writer', rank=0, every=0.01)
-    except WaitTimeout as e: os.kill(pid, signal.SIGKILL); l.kill(); pytest.fail(f'{l.name}: {e}\n{l.output()[-4000:]}')
-    held = disk_saves(l)[-1]
+    held, seen = None, 0
+    while held is None:                                  # stopped just after a disk save was handed over, and before it landed: killed
+        try: wait_until(lambda: len(disk_saves(l)) > seen or l.proc.poll() is not None, 120, f'a disk save after the {seen} seen', rank=0, every=0.002)
+        except WaitTimeout as e: l.kill(); pytest.fail(f'{l.name}: {e}\n{l.output()[-4000:]}')
+        if l.proc.poll() is not None: pytest.fail(f'{l.name}: the launcher ended (exit {l.proc.poll()}) before the writer could be caught with a save in hand\n{l.output()[-4000:]}')
+        os.kill(pid, signal.SIGSTOP)
+        seen, step = len(disk_saves(l)), disk_saves(l)[-1]
+        if (run/'checkpoints'/checkpoint_name(step)).exists(): os.kill(pid, signal.SIGCONT)   # committed already: the next one
+        else: held = step
     os.kill(pid, signal.SIGKILL)
     code = l.wait(240)
     out = l.output()
@@ -134,7 +136,7 @@ RSS_FIT = textwrap.dedent('''
     mem, peak, stop = run/'mem', [0], threading.Event()
     def sample():
         while not stop.is_set(): peak[0] = max(peak[0], anon() + shm(mem)); time.sleep(0.003)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 2048), torch.nn.Linear(2048, 2048), torch.nn.Linear(2048, 2048), torch.nn.Linear(2048, 1))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 1024), *(torch.nn.Linear(1024, 1024) for _ in range(8)), torch.nn.Linear(1024, 1))   # layers of 4 MB: Adam's temporaries stay small beside the state
     learn = Learner(synth_dls(96, 8, 0, run), model, loss_func=MSELossFlat(), lr=1e-4, path=run)
     cbs = [CheckpointCallback(every_steps=3, async_save=True, memory_every_steps=1, memory_path='mem', keep=2)] if with_cb else []
     start = anon(); th = threading.Thread(target=sample, daemon=True); th.start()
