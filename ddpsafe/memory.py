@@ -1,4 +1,4 @@
-"""Checkpoints written every few steps to node-local memory (`/dev/shm`) through the same commit protocol as the disk's, the newest few kept; a job restarted on the same node resumes from the newest complete checkpoint of either tier, and from disk when the memory tier is gone or damaged.
+"""Checkpoints sealed every few steps in slots in node-local memory (`/dev/shm`): the copy of the state a save takes is the checkpoint, and the disk's async saves share it; a job restarted on the same node commits the newest sealed slot to disk as it launches, if it is newer than the disk's, and resumes from it; from disk when the memory tier is gone or damaged.
 
 Docs: https://ddpsafe.github.io/ddpsafe/memory.html.md"""
 

@@ -12,6 +12,7 @@ import torch
 from fastcore.basics import patch
 from .io import _safetensors_header
 from .core import on_main
+from .commit import temporaries, storage_for
 from .slots import make_slot, seal, unseal, read_seal, aligned, slots_home, SLOT_DATA
 from .slots import SlotWriter, WriterGone, persist_slot, wait_previous_writer, _ended
 
@@ -283,6 +284,9 @@ def _gone(self:SlotPipe, e):
                       + ': the rest of this fit saves synchronously, in the training process')
     if job is None: return
     self.ring.handed.discard(job['slot'])
+    for p, _ in temporaries(job['root']):                    # what it was writing: gone
+        if f'.tmp-{w.pid}-' in Path(p).name:
+            with contextlib.suppress(OSError): storage_for(job['root']).remove(p)
     began = time.monotonic()
     try: job['done'](persist_slot(job['slot'], job['root'], job['keep'], job['comp'], job['fit_ends'], job['step'], job['also']))
     except Exception as err: self.error = err
