@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/slot_copy.html.md"""
 
 # %% ../nbs/07i_slot_copy.ipynb #26e914fd
 from __future__ import annotations
-import io, os, time, uuid, base64, pickle, warnings, threading, contextlib
+import io, os, time, uuid, errno, base64, pickle, warnings, threading, contextlib
 from pathlib import Path
 import torch
 from fastcore.basics import patch
@@ -266,7 +266,7 @@ def poll(self:SlotPipe, timeout:float|None=0):
         job, self.job = self.job, None
         self.ring.handed.discard(job['slot']); self.seconds = r.get('seconds')
         if r['ok']: job['done'](Path(r['path']))
-        else: self.error = OSError(f"ddpsafe: the checkpoint writer process could not commit step {job['step']}: {r['error']}")
+        else: self.error = OSError(r.get('errno') or errno.EIO, f"the checkpoint writer process could not commit step {job['step']}: {r['error']}")
 
 @patch
 def _gone(self:SlotPipe, e):

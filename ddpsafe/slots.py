@@ -195,7 +195,7 @@ def serve(jobs=None, replies=None, nice:int=19):
         if not line.strip(): continue
         job, began = json.loads(line), time.monotonic()
         try: reply = dict(ok=True, path=str(persist_slot(job['slot'], job['root'], job.get('keep', 3), job.get('comp'), job.get('fit_ends', True), job.get('step'), job.get('also', ()))))
-        except Exception as e: reply = dict(ok=False, error=f'{type(e).__name__}: {e}')
+        except Exception as e: reply = dict(ok=False, error=f'{type(e).__name__}: {e}', errno=getattr(e, 'errno', None))
         replies.write(json.dumps(dict(reply, id=job['id'], step=job.get('step'), seconds=time.monotonic()-began)).encode() + b'\n'); replies.flush()
 
 # %% ../nbs/07h_slots.ipynb #f582e789

@@ -203,13 +203,19 @@ def fill_disk(folder:Path):
     try: (folder/'filler2').write_bytes(b'\0'*4096)
     except OSError: pass
 
+def writing(saver) -> bool:
+    "Is a background write in flight? The writer process's (its reply read now), or a writer thread's (sharded)"
+    if saver.writer is not None: return saver.writer.busy
+    saver.pipe.poll(0)
+    return saver.pipe.busy
+
 class DiskFullAfter(Callback):
     "After the save at step `at` is committed, rank 0 fills the disk: every later write fails"
     order = CheckpointCallback.order + 1
     def __init__(self, at:int, simulate:bool): self.at,self.simulate = at,simulate
     def after_batch(self):
         if not (self.training and self.train_iter == self.at and rank() == 0): return
-        wait_until(lambda: not self.learn.checkpoint.saver.writer.busy, 60, 'the background writer to finish', rank=0, every=0.01)
+        wait_until(lambda: not writing(self.learn.checkpoint.saver), 60, 'the background writer to finish', rank=0, every=0.01)
         if self.simulate: FullDisk.full = True
         else: fill_disk(Path(self.learn.path))
 
