@@ -110,11 +110,11 @@ def _tensors(tree) -> list:
     return []
 
 def _marks(files:dict) -> dict:
-    "Per file: (storage, version) of each tensor; `None` where one is new (version 0), so never known unchanged"
+    "Per file: (storage, version) of each tensor; `None` where there are none, or one is new (version 0): never known unchanged"
     out = {}
     for name, c in files.items():
         ts = _tensors(c)
-        out[name] = None if any(t._version == 0 for t in ts) else tuple((t.untyped_storage().data_ptr(), t._version) for t in ts)
+        out[name] = None if not ts or any(t._version == 0 for t in ts) else tuple((t.untyped_storage().data_ptr(), t._version) for t in ts)
     return out
 
 SMALL = 1 << 20   # a file of fewer bytes than this, resealed, goes into the seal itself
@@ -134,10 +134,14 @@ def reseal(self:SlotRing, step:int, files:dict, meta:dict|None=None) -> Path|Non
     if slot is None or slot in self.handed or (old := read_seal(slot))['step'] != step: return None
     marks, was, recipes = _marks(files), self.marks.get(slot, {}), {}
     for name, c in files.items():
-        if marks[name] is not None and marks[name] == was.get(name) and name in old['files']: recipes[name] = old['files'][name]
-        elif isinstance(c, (bytes, bytearray)) or sum(t.numel()*t.element_size() for t in _tensors(c)) < SMALL:
-            recipes[name] = dict(kind='bytes', data=_b64(_small_bytes(name, c)))
-        else: return None       # a big file changed: a new slot
+        if isinstance(c, (bytes, bytearray)) or sum(t.numel()*t.element_size() for t in _tensors(c)) < SMALL:
+            recipes[name] = dict(kind='bytes', data=_b64(_small_bytes(name, c)))    # small: written into the seal, whatever changed
+        elif marks[name] is None or marks[name] != was.get(name) or name not in old['files']: return None   # a big file's tensors changed: a new slot
+        elif (r := old['files'][name])['kind'] == 'torch':   # its structure pickled again (the hyper-parameters, the step), its storages' spans kept
+            pkl, storages = skeleton(c)
+            if [(k, s.nbytes()) for k, s in storages] != [(k, n) for k, _, n in r['records']]: return None
+            recipes[name] = dict(r, pickle=_b64(pkl))
+        else: recipes[name] = r                              # safetensors: the same tensors, the same header and bytes
     self.marks[slot] = marks
     seal(slot, dict(old, meta=meta or {}, files=recipes, fill=uuid.uuid4().hex, time=time.time()))
     return slot

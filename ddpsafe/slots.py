@@ -217,6 +217,7 @@ class SlotWriter:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, *filter(None, [os.environ.get('PYTHONPATH')])]))
         self.proc = subprocess.Popen([sys.executable, '-c', f'from ddpsafe.slots import serve; serve(nice={self.nice})'],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, **self.popen_kwargs)
+        with contextlib.suppress(OSError): os.setpriority(os.PRIO_PROCESS, self.proc.pid, self.nice)   # at once: `serve` lowers it again once it runs
         if folder is not None: Path(folder).mkdir(parents=True, exist_ok=True); (Path(folder)/WRITER).write_text(json.dumps(dict(pid=self.proc.pid, started=time.time())))
         return self
     @property
