@@ -5,6 +5,8 @@
     python bench/fit_bench.py --gpu            # one GPU: 1.7 GB and 4 GB of state, steps of about 50 ms, 100 steps,
                                                #      a save every 25, 3 repetitions, planned within --budget (300 s)
     python bench/fit_bench.py --cpu-smoke --out X.json   # every path in seconds: checks the code and the JSON, not speed
+    python bench/fit_bench.py --thread         # the batches collated by the training thread itself (no workers), where
+                                               #      a background thread holding the GIL shows; --host: by 4 workers
 
 Each fit is `Learner.fit(1)` of an MLP (`--depth` Linear layers `--width` wide, ReLU between, fastai's Adam) over plain
 torch DataLoaders whose batches already lie on the device, with the Recorder on and no progress bar. Modes:
@@ -64,18 +66,18 @@ class Items(torch.utils.data.Dataset):
 
 HOST_WORKERS = 4
 
-def learner(width:int, depth:int, batch:int, steps:int, device, folder:Path, host:bool=False):
-    "A `Learner` over plain torch DataLoaders: whole batches already on `device`, or with `host`, rows on the CPU collated by workers and pinned, as users load"
+def learner(width:int, depth:int, batch:int, steps:int, device, folder:Path, host:bool=False, thread:bool=False):
+    "A `Learner` over plain torch DataLoaders: whole batches already on `device`; with `host`, rows on the CPU collated by workers and pinned, as users load; with `thread`, by the training thread"
     from fastai.learner import Learner
     from fastai.data.core import DataLoaders
     import fastai.callback.progress   # no_bar, no_logging
     torch.manual_seed(0)
     layers = [m for _ in range(depth) for m in (torch.nn.Linear(width, width), torch.nn.ReLU())][:-1]
     model = torch.nn.Sequential(*layers).to(device)
-    if host:
+    if host or thread:
         x, y = torch.randn(4*batch, width), torch.randn(4*batch, width)
-        dl = lambda n: torch.utils.data.DataLoader(Items(x, y, n*batch), batch_size=batch, num_workers=HOST_WORKERS,
-                                                   pin_memory=device.type == 'cuda', persistent_workers=False)
+        dl = lambda n: torch.utils.data.DataLoader(Items(x, y, n*batch), batch_size=batch, num_workers=0 if thread else HOST_WORKERS,
+                                                   pin_memory=device.type == 'cuda')
     else:
         x, y = torch.randn(batch, width, device=device), torch.randn(batch, width, device=device)
         dl = lambda n: torch.utils.data.DataLoader(Batches(x, y, n), batch_size=None)
@@ -99,7 +101,7 @@ def one_fit(mode:str, a, device, probe) -> dict:
     from ddpsafe.snapshot import StateBuffers
     folder = Path(tempfile.mkdtemp(dir=a.dir))
     try:
-        learn = learner(a.width, a.depth, a.batch, a.steps, device, folder, a.host)
+        learn = learner(a.width, a.depth, a.batch, a.steps, device, folder, a.host, a.thread)
         kw = dict(async_=dict(every_steps=a.every, async_save=True), memory=dict(memory_every_steps=a.every), sync=dict(every_steps=a.every)).get(mode.replace('async', 'async_'))
         ck = CheckpointCallback(every_epoch=None, resume=False, **kw) if kw is not None else None
         timer = timer_cb(device, ck)
@@ -157,6 +159,7 @@ def main(argv=None):
     p.add_argument('--cpu-smoke', action='store_true', help='tiny sizes, one repetition: checks the code paths and the JSON, not speed')
     p.add_argument('--gpu', action='store_true', help='on cuda:0, the sizes of the issue: 1.7 GB (and 4 GB with --big), 100 steps, a save every 25')
     p.add_argument('--host', action='store_true', help=f'batches from the CPU: rows collated by {HOST_WORKERS} DataLoader workers, pinned on CUDA (default: whole batches already on the device)')
+    p.add_argument('--thread', action='store_true', help='batches from the CPU: rows collated by the training thread itself, no workers (a per-item Dataset)')
     p.add_argument('--big', action='store_true', help='with --gpu: also the 4 GB state (20 layers 4096 wide, batch 1024)')
     for k in ('width', 'depth', 'batch', 'steps', 'every', 'reps'): p.add_argument(f'--{k}', type=int, default=None)
     p.add_argument('--baselines', type=int, default=2, help='fits without the callback per repetition (default 2: their spread is noise)')
@@ -171,11 +174,12 @@ def main(argv=None):
         if getattr(a, k) is None: setattr(a, k, v)
     device = torch.device('cuda:0' if a.gpu else 'cpu')
     if device.type == 'cpu': torch.set_num_threads(a.threads)
-    out = Path(a.out or HERE/'results'/f'fit_{"gpu" if a.gpu else "cpu"}{"_host" if a.host else ""}.json')
+    if a.host and a.thread: p.error('--host (workers collate) or --thread (the training thread collates), not both')
+    out = Path(a.out or HERE/'results'/f'fit_{"gpu" if a.gpu else "cpu"}{"_host" if a.host else "_thread" if a.thread else ""}.json')
     sizes = [(a.width, a.depth, a.batch)] + ([(4096, 20, 1024)] if a.gpu and a.big else [])
     modes = ['none']*a.baselines + a.modes.split(',')
     res = dict(date=datetime.datetime.now().isoformat(timespec='seconds'), command=' '.join(['bench/fit_bench.py'] + drop_dir(argv or sys.argv[1:])),
-               cpu_smoke=a.cpu_smoke, host=a.host, device=device_facts(device), torch=torch.__version__, steps=a.steps, every=a.every, sizes=[], skipped=[])
+               cpu_smoke=a.cpu_smoke, host=a.host, thread=a.thread, device=device_facts(device), torch=torch.__version__, steps=a.steps, every=a.every, sizes=[], skipped=[])
     began = time.monotonic()
     with GILProbe() as probe:
         for width, depth, batch in sizes:

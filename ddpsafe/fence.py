@@ -59,6 +59,7 @@ FENCE = [  # (module, name, how ddpsafe replaces it or 'relied on' (how it works
     ('fastai.text.data', 'LMDataLoader.shuffle_fn', 'replaced', 'text', 'fff359b8e0b4'),
     ('fastai.text.data', 'LMDataLoader.create_item', 'relied on', 'text', 'c24ad58cee2a'),   # the items the split cuts in whole batches
     ('fastai.text.models.awdlstm', 'AWD_LSTM.forward', 'relied on', 'text', '82ae391c6d34'), # `hidden` and `bs`, read by `hidden_state`
+    ('torch.hub', 'download_url_to_file', 'wrapped', 'learner', '9154d3986847'),   # one download a node: the others wait, find the file
     ('torch.utils.data.dataloader', '_MultiProcessingDataLoaderIter.__init__', 'wrapped', 'preempt', '5297c3a832e1'),   # workers start with the stop signals blocked
     ('torchdata.stateful_dataloader.stateful_dataloader', '_StatefulMultiProcessingDataLoaderIter.__init__', 'wrapped', 'preempt', '237118dcbc0d'),
 ]

@@ -9,13 +9,16 @@ ROOT = Path(__file__).resolve().parents[1]
 FIT = {'mode', 'fit_s', 'train_s', 'step_ms', 'steps', 'save_ms', 'beside_ms', 'beside_n', 'copy_ms', 'state_mb', 'said', 'probe_ms', 'load'}
 
 @pytest.mark.timeout(300)
-def test_fit_bench_cpu_smoke(tmp_path):
+@pytest.mark.parametrize('loader', [[], ['--thread']], ids=['on-device', 'thread'])
+def test_fit_bench_cpu_smoke(tmp_path, loader):
+    "Batches already on the device, and (`--thread`) collated by the training thread itself, as a per-item Dataset without workers"
     out = tmp_path/'fit.json'
-    p = subprocess.run([sys.executable, str(ROOT/'bench'/'fit_bench.py'), '--cpu-smoke', '--out', str(out), '--dir', str(tmp_path)],
+    p = subprocess.run([sys.executable, str(ROOT/'bench'/'fit_bench.py'), '--cpu-smoke', *loader, '--out', str(out), '--dir', str(tmp_path)],
                        capture_output=True, text=True, timeout=280)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     r = json.loads(out.read_text())
     assert r['cpu_smoke'] is True and r['device']['type'] == 'cpu' and r['skipped'] == [], r
+    assert r['thread'] is bool(loader) and r['command'].endswith(' '.join(['--cpu-smoke', *loader, '--out', str(out)])), r['command']
     (size,) = r['sizes']
     (rep,) = size['reps']
     assert sorted(f['mode'] for f in rep) == ['async', 'memory', 'none', 'none', 'sync']

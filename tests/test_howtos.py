@@ -1,4 +1,4 @@
-"""Every how-to page runs as printed: the code cells it shows, and nothing else, in a fresh folder (`tools/howtos.py`).
+"""Every page that shows code (the landing page, the quick start, the guides, the how-tos) runs as printed: the code cells it shows, and nothing else, in a fresh folder (`tools/howtos.py`).
 `nbdev-test` runs the hidden cells too, so it cannot see a page whose visible code uses a name only a hidden cell defines;
 this does. Then the check itself, on tiny pages built here: it fails on such a page, naming the cell, and on a shell line
 that fails or a page that hangs; it runs what a reader runs and skips what a reader is not shown."""
@@ -11,12 +11,20 @@ ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location('howtos', ROOT/'tools'/'howtos.py')
 howtos = importlib.util.module_from_spec(spec); spec.loader.exec_module(howtos)
 
-PAGES = howtos.how_to_pages()
+PAGES = howtos.code_pages()
 PAGE_SECONDS = 360   # a page's own limit: a hang fails the page by name; the longest (two torchrun jobs) takes about a minute
 
 def test_the_pages():
-    "The pages checked are the how-to section's"
-    assert {'30_best_model', '31_existing_script', '34_one_rank'} <= {p.stem for p in PAGES}, PAGES
+    "The pages checked: every how-to, the quick start and the guides; no module's page (its definitions are shown by `show_doc`)"
+    stems = {p.stem for p in PAGES}
+    assert {p.stem for p in howtos.how_to_pages() if any(map(bool, howtos.cells(p)))} | {'20_quickstart', '22_preemption', '23_benchmarks', '24_object_storage'} <= stems, stems
+    assert not stems & {'00_core', '08_checkpoint'}, stems
+
+def test_the_quick_starts_ema_alone(tmp_path):
+    "The quick start's EMA cell as 0.3.0 showed it, its imports hidden: the reader's `NameError`, which the check names"
+    nb = page(tmp_path, '#| hide\nfrom fastai.callback.all import *', 'class EMA(Callback):\n    order = 65', name='20_quickstart')
+    r = howtos.run_page(nb, timeout=60)
+    assert not r['ok'] and r['error'].startswith("cell 2, line 1: NameError: name 'Callback' is not defined"), howtos.report(r)
 
 @pytest.mark.timeout(PAGE_SECONDS + 60)
 @pytest.mark.parametrize('page', PAGES, ids=[p.stem for p in PAGES])

@@ -391,3 +391,44 @@ def test_recipes_stop_without_checkpoint(tools, tmp_path, recipe):
     code, err, launches, scontrol = run_recipe(tools, tmp_path, recipe, tmp_path/'checkpoints', 7)
     assert (code, launches, scontrol) == (7, 1, []), (code, launches, scontrol, err)
     assert f'no complete checkpoint in {tmp_path/"checkpoints"}' in err and 'nothing to resume from' in err, err
+
+# ---------------------------------------------------------------------------------------------------------------
+# The README's preemption story, as a user sees it
+
+def readme_session() -> list:
+    "The README's console block of a preempted run: (command, what it printed) pairs, `...` standing for lines left out"
+    block = re.search(r'```console\n(\$ torchrun .*?)```', (ROOT/'README.md').read_text(), re.S)
+    assert block, 'the README shows no console session of a preempted torchrun run'
+    pairs = []
+    for line in block.group(1).splitlines():
+        if line.startswith('$ '): pairs.append((line[2:], []))
+        else: pairs[-1][1].append(line)
+    return pairs
+
+def as_pattern(line:str) -> str:
+    "A line the README shows, as a pattern: numbers, times and absolute folders stand for any"
+    p = re.escape(line)
+    p = re.sub(r'(?:\\ )?/(?:[\w.-]+/)*checkpoints', r' ?\\S*checkpoints', p)        # the folder the user runs in
+    return re.sub(r'\d+', r'\\d+', p)
+
+@needs_torchrun
+@pytest.mark.timeout(300)
+def test_readme_preemption_story(tools, tmp_root):
+    """The README's session, run: SIGTERM to torchrun after some saves; torchrun's last line and exit status, then
+    `ddpsafe-status checkpoints` in the same folder, its line and its exit status, each as the README shows them"""
+    (cmd, run_out), (echo1, code_out), (st_cmd, st_out), (echo2, st_code_out) = readme_session()
+    assert cmd.startswith('torchrun ') and echo1 == echo2 == 'echo $?' and st_cmd == 'ddpsafe-status checkpoints', readme_session()
+    run = tmp_root/'readme'
+    l = Launch(torchrun_cmd() + train_args(run), run, tools, 'preempted')
+    l.wait_saves(SAVES_BEFORE_SIGNAL)
+    os.kill(l.proc.pid, signal.SIGTERM)
+    code = l.wait(120)
+    out = l.output().strip().splitlines()
+    shown = [s for s in run_out if s != '...']
+    for s in shown[:-1]:
+        assert any(re.fullmatch(as_pattern(s), o) for o in out), f'torchrun printed no line like the README\'s {s!r}:\n' + '\n'.join(out[-40:])
+    assert re.fullmatch(as_pattern(shown[-1]), out[-1]), f'torchrun ends with {out[-1]!r}, the README shows {shown[-1]!r}'
+    assert [str(code)] == code_out, f'torchrun exited {code}, the README says {code_out}'
+    st = subprocess.run(st_cmd.split(), cwd=run, env=env(tools), capture_output=True, text=True, timeout=60)
+    assert re.fullmatch(as_pattern(st_out[0]), st.stdout.strip()), f'ddpsafe-status printed {st.stdout!r}, the README shows {st_out[0]!r}'
+    assert [str(st.returncode)] == st_code_out == [str(REQUEUE_EXIT_CODE)], (st.returncode, st_code_out)

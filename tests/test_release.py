@@ -47,6 +47,11 @@ def test_readme_first_command_runs_its_example():
     assert 'bash tools/setup_vision.sh' in demo and 'exec .venv-vision/bin/ddpsafe-demo' in demo, demo
     assert 'from fastai.vision.all import *' in readme
     assert re.search(r'^pip install torch torchvision -e \.$', readme, re.M), 'the install is not one pip call'
+    installs = re.findall(r'^pip install .*$', readme, re.M)
+    cpu = re.fullmatch(r'pip install torch torchvision --extra-index-url (\S+/whl/cpu) -e \.', installs[0])
+    assert cpu, f"the README's first install is not PyTorch's CPU builds: {installs}"
+    assert f'TORCH_INDEX:-{cpu.group(1)}' in (ROOT/'tools'/'setup_vision.sh').read_text(), 'tools/demo.sh takes the CPU builds from another index'
+    assert re.search(r'CPU only.*about [\d.]+ GB', readme) and re.search(r'CUDA.*about [\d.]+ GB', readme), 'each install says its size'
     assert re.search(r'pip install [^\n]*\$VISION_SPEC -e \.', (ROOT/'tools'/'setup_vision.sh').read_text())
 
 def test_readme_links_resolve_outside_the_docs():

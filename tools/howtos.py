@@ -1,16 +1,20 @@
-"""Run the code each how-to page shows, and nothing else, in a fresh folder: what a reader who copies the page runs.
+"""Run the code each guide page shows, and nothing else, in a fresh folder: what a reader who copies the page runs.
 
 `nbdev-test` runs every cell of a notebook, the hidden ones too, so a page whose visible code uses a name that only a
 hidden cell defines (`test_eq`, a helper imported out of sight) passes there and fails for the reader with a `NameError`.
 This check runs each page the reader's way:
 
-- the pages: every notebook in `nbs/` whose front matter says `- section: How-to recipes`;
+- the pages: every notebook in `nbs/` that shows code and is not a module's page (no `#| default_exp`): the landing
+  page, the quick start, the guides and the how-tos. A module's page shows its tests under definitions that the page
+  documents with `show_doc`; `nbdev-test` runs those in the module's own context;
 - what runs: the code cells the page shows, in order, as one script with this Python, in a new empty folder, with this
-  Python's folder first on `PATH` (`torchrun`, `ddpsafe-ls`...) and the repository first on `PYTHONPATH`;
+  Python's folder first on `PATH` (`torchrun`, `ddpsafe-ls`...) and the repository first on `PYTHONPATH`. The folder
+  stands where a notebook of a clone's `nbs/` stands: its parent holds the repository's `bench/` (the benchmarks page
+  reads `../bench/results`), and nothing else;
 - what is skipped: cells the page does not show (`#| hide`, `#| echo: false`), and cells shown but not run by default,
   which `nbdev-test` skips too (`#| eval: false`, and the test flags `#| notest`, `#| slow`); the report counts them, and a
   page that shows one must not claim that all its code runs;
-- IPython's syntax, as IPython runs it, except that every shell command must succeed: a `!cmd` line is
+- IPython's syntax and its `display`, as IPython runs them, except that every shell command must succeed: a `!cmd` line is
   `subprocess.run(cmd, shell=True, check=True)` (a command whose failure is expected, or whose status is its answer as
   `diff`'s is, says so on the page: `cmd || echo ...`, `diff a b || true`); a `%%bash` cell runs
   in bash and must exit 0 (as IPython's does); a `%%writefile NAME` cell writes NAME. Other magics, and `{expr}` or `$name`
@@ -18,7 +22,7 @@ This check runs each page the reader's way:
 
 Each page prints `PASS` or `FAIL` with its time; a failure names the cell and the error. Exit status 1 if any page failed.
 
-    python tools/howtos.py [PAGE ...]      # PAGE: a notebook's path or name (30_best_model); default: every how-to
+    python tools/howtos.py [PAGE ...]      # PAGE: a notebook's path or name (30_best_model); default: every page with code
 """
 from __future__ import annotations
 import json, os, re, shutil, subprocess, sys, tempfile, time
@@ -32,6 +36,15 @@ def how_to_pages(nbs:Path=ROOT/'nbs') -> list:
     "The notebooks in `nbs` whose front matter puts them in the how-to section"
     return [p for p in sorted(nbs.glob('*.ipynb')) if any(SECTION in ''.join(c['source']).splitlines()
             for c in json.loads(p.read_text())['cells'][:2] if c['cell_type'] == 'markdown')]
+
+def module_page(nb:Path) -> bool:
+    "Is `nb` a module's page (`#| default_exp`), whose definitions the reader sees through `show_doc`?"
+    return any(c['cell_type'] == 'code' and re.search(r'^#\|\s*default_exp\b', ''.join(c['source']), re.M)
+               for c in json.loads(nb.read_text())['cells'])
+
+def code_pages(nbs:Path=ROOT/'nbs') -> list:
+    "Every page that shows the reader code to run: the notebooks in `nbs` that are not a module's page and show a code cell"
+    return [p for p in sorted(nbs.glob('*.ipynb')) if not module_page(p) and any(map(bool, cells(p)))]
 
 def directives(src:str) -> set:
     "The cell's `#|` directives, normalised: `#|hide` and `#| echo:false` are 'hide' and 'echo: false'"
@@ -76,9 +89,11 @@ def as_python(src:str) -> str:
         out.append(line)
     return '\n'.join(out) + '\n'
 
+PRELUDE = 'from IPython.display import display\n'   # a name IPython gives every notebook, as a builtin
+
 def script(nb:Path) -> tuple:
     "(the page's visible code as one script, [(first line, cell index)], cells shown and not run)"
-    parts, starts, line = [], [], 1
+    parts, starts, line = [PRELUDE], [], 1 + PRELUDE.count('\n')
     run, shown_only = cells(nb)
     for i, src in run:
         code = f'# --- cell {i}\n' + as_python(src)
@@ -99,9 +114,11 @@ def run_page(nb:Path,             # A how-to notebook
     "Run the page's visible code in a fresh folder: dict(page, ok, seconds, error, folder, output)"
     try: src, starts, shown_only = script(nb)
     except ValueError as e: return dict(page=nb.stem, ok=False, seconds=0., error=str(e), folder=None, output='')
-    work, tmp = Path(tempfile.mkdtemp(prefix=f'howto-{nb.stem}-')), Path(tempfile.mkdtemp(prefix='howto-script-'))
+    place, tmp = Path(tempfile.mkdtemp(prefix=f'howto-{nb.stem}-')), Path(tempfile.mkdtemp(prefix='howto-script-'))
+    work = place/'nbs'; work.mkdir()
+    (place/'bench').symlink_to(ROOT/'bench', target_is_directory=True)   # `../bench/results`, as from a clone's nbs/
     (tmp/f'{nb.stem}.py').write_text(src)
-    env = {**os.environ, 'PYTHONUNBUFFERED': '1', 'PATH': f'{Path(sys.executable).parent}{os.pathsep}{os.environ.get("PATH", "")}',
+    env = {**os.environ, 'PYTHONUNBUFFERED': '1', 'MPLBACKEND': 'Agg', 'PATH': f'{Path(sys.executable).parent}{os.pathsep}{os.environ.get("PATH", "")}',
            'PYTHONPATH': os.pathsep.join([str(ROOT), *filter(None, [os.environ.get('PYTHONPATH')])])}
     t0 = time.monotonic()
     proc = subprocess.Popen([sys.executable, str(tmp/f'{nb.stem}.py')], cwd=work, env=env, stdin=subprocess.DEVNULL,
@@ -115,7 +132,7 @@ def run_page(nb:Path,             # A how-to notebook
     elif code is None: error = f'did not finish within {timeout:g}s'
     else: error = where(out, f'{nb.stem}.py', starts) + (out.strip().splitlines() or [f'exit code {code}'])[-1]
     shutil.rmtree(tmp, ignore_errors=True)
-    if not keep: shutil.rmtree(work, ignore_errors=True)
+    if not keep: shutil.rmtree(place, ignore_errors=True)
     return dict(page=nb.stem, ok=code == 0, seconds=secs, error=error, folder=work if keep else None, output=out,
                 cells=len(starts), shown_only=shown_only)
 
@@ -126,7 +143,7 @@ def report(r:dict) -> str:
     return f"{'PASS' if r['ok'] else 'FAIL'} {r['page']} ({r['seconds']:.1f}s{', ' + what if what else ''})" + (f": {r['error']}" if r['error'] else '')
 
 def main(args:list) -> int:
-    pages = [Path(a) if a.endswith('.ipynb') else ROOT/'nbs'/f'{a}.ipynb' for a in args] or how_to_pages()
+    pages = [Path(a) if a.endswith('.ipynb') else ROOT/'nbs'/f'{a}.ipynb' for a in args] or code_pages()
     bad = 0
     for nb in pages:
         r = run_page(nb)
