@@ -83,6 +83,13 @@ def learner(width:int, depth:int, batch:int, steps:int, device, folder:Path, hos
         dl = lambda n: torch.utils.data.DataLoader(Batches(x, y, n), batch_size=None)
     return Learner(DataLoaders(dl(steps), dl(1), device=device), model, loss_func=torch.nn.MSELoss(), path=folder)
 
+def writing(saver) -> bool:
+    "Is a background write in flight? The writer process's (issue 61: its reply read now), or a writer thread's (sharded, object storage)"
+    if getattr(saver, 'pipe', None) is not None and saver.pipe.writer is not None:
+        saver.pipe.poll(0)
+        return saver.pipe.busy
+    return any(w is not None and w.busy for w in (saver.writer, getattr(saver.memory, 'writer', None)))
+
 def timer_cb(device, ck):
     "A callback after `CheckpointCallback` that stamps each training `after_batch`, and whether a background write is then in flight"
     from fastai.callback.core import Callback
@@ -93,7 +100,7 @@ def timer_cb(device, ck):
             if not self.training: return
             sync(device); self.stamps.append(time.perf_counter())
             s = getattr(ck, 'saver', None)
-            self.busy.append(bool(s and any(w is not None and w.busy for w in (s.writer, s.memory and s.memory.writer))))
+            self.busy.append(bool(s and writing(s)))
     return StepTimer()
 
 def one_fit(mode:str, a, device, probe) -> dict:
