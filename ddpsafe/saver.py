@@ -149,7 +149,7 @@ def _settle_pipe(self:Saver, step:int|None=None):
     "`settle` of saves handed to the writer process: its reply awaited, its error raised and its death said on every rank"
     due = time.monotonic()
     def wait():
-        busy = self.pipe.busy
+        busy = self.pipe.busy and self.pipe.job['step'] != step   # the save of the step in flight (the fit's end): its wait is the end's, not said
         self.pipe.poll(None)
         if (err := self.pipe.take_error()) is not None: raise err
         if busy and step is not None and not self.waited: self.waited = True; print(self.wait_note(step, due, time.monotonic() - due))

@@ -226,12 +226,12 @@ class SlotPipe:
 
 @patch
 def reserve(self:SlotPipe, state):
-    "Make the ring's slots the size `state` needs (and a little more), on a thread of its own"
+    "Make the ring's slots the size `state` needs (and a little more), mapped and their pages touched, on a thread of its own: the first fills fault nothing in"
     n = plan_slot({'state.pt': state})[2]; n += n//64 + SMALL
     ring = self.ring
     def make():
         for s in ring.slots:
-            if s not in ring.handed and read_seal(s) is None: make_slot(s, n)
+            if s not in ring.handed and read_seal(s) is None: ring._mapped(s, n, False)[::4096].zero_()   # unsealed: nothing there to keep
     ring.reserving = threading.Thread(target=make, name='ddpsafe-slots', daemon=True); ring.reserving.start()
 
 @patch
