@@ -177,7 +177,8 @@ def profiled_fit(mode:str, a, device, out:Path|None) -> dict:
             def after_batch(self):
                 if not self.training: return
                 s = ck.saver
-                busy = bool(s and any(w is not None and w.busy for w in (s.writer, s.memory and s.memory.writer)))
+                if s is not None and getattr(s, 'pipe', None) is not None and s.pipe.writer is not None: s.pipe.poll(0); busy = s.pipe.busy   # the writer process (issue 61)
+                else: busy = bool(s and any(w is not None and w.busy for w in (s.writer, getattr(s.memory, 'writer', None))))
                 sync(device); self.i += 1
                 with torch.profiler.record_function(f'step:{self.i}:{int(busy)}'): pass
         acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device.type == 'cuda' else [])
