@@ -1,4 +1,4 @@
-"""Each rank's heartbeat in the process group's store, and what the other ranks read there when a wait fails: the rank that stopped answering, failed, waits on itself, or waits somewhere else.
+"""Each rank's heartbeat in the process group's store, and what the other ranks read there when a wait fails: the rank that stopped answering, waits on itself, waits somewhere else, or ended its script.
 
 Docs: https://ddpsafe.github.io/ddpsafe/watch.html.md"""
 
