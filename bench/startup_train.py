@@ -42,13 +42,13 @@ def _write_at_exit():
 atexit.register(_write_at_exit)
 
 # ddpsafe's start-up work, timed with wrappers: (module, attribute) -> name. A function is replaced in every ddpsafe
-# module that holds it (they `from .core import *`). Nesting: `side_group` starts the heartbeat (`start_heartbeat`) and
+# module that holds it (they `from .core import *`, which holds `ddpsafe.watch`'s too). Nesting: `side_group` starts the heartbeat (`start_heartbeat`) and
 # makes a gloo group; `claim_checkpoints` runs `claim_folder` on rank 0 through `on_main`, whose broadcast is the first
 # use of the side group when `check_deciding_callbacks` has not made it; `fit_saver` holds the claim; `before_fit` holds
 # `fit_saver`, `StopRequests.install` and `_resume` (`resume_checkpoint`: rank 0 lists the folder, `on_main`).
 PIECES = [('ddpsafe.learner', 'start_process_group', 'process_group'),        # ddpsafe starts the group, not accelerate
           ('ddpsafe.core', 'bound_process_group', 'bound_process_group'),     # timeout + heartbeat start
-          ('ddpsafe.core', 'start_heartbeat', 'heartbeat'),                   # store clones, the beat thread
+          ('ddpsafe.watch', 'start_heartbeat', 'heartbeat'),                   # store clones, the beat thread
           ('ddpsafe.core', 'side_group', 'side_group'),                       # dist.new_group(gloo), first call
           ('ddpsafe.callbacks', 'check_deciding_callbacks', 'check_callbacks'),  # all_ranks of the deciding callbacks' names
           ('ddpsafe.saver', 'fit_saver', 'fit_saver'),                        # storage, folder made, claim, memory tier
@@ -57,9 +57,9 @@ PIECES = [('ddpsafe.learner', 'start_process_group', 'process_group'),        # 
           ('ddpsafe.checkpoint', 'resume_checkpoint', 'resume_lookup'),       # rank 0 looks for a checkpoint; on_main
           ('ddpsafe.checkpoint', 'setup_signature', 'setup_signature'),       # model/optimizer/fit signature
           ('ddpsafe.checkpoint', 'TrainingState', 'training_state'),          # the registry of parts
-          ('ddpsafe.core', 'release_side_group', 'release_side_group'),      # atexit: the heartbeat stopped, the side groups destroyed
-          ('ddpsafe.core', 'stop_heartbeat', 'stop_heartbeat'),              # the heartbeat thread joined
-          ('ddpsafe.core', '_say_ended', 'say_ended')]                       # atexit: this rank's end written to the store
+          ('ddpsafe.watch', 'release_side_group', 'release_side_group'),      # atexit: the heartbeat stopped, the side groups destroyed
+          ('ddpsafe.watch', 'stop_heartbeat', 'stop_heartbeat'),              # the heartbeat thread joined
+          ('ddpsafe.watch', '_say_ended', 'say_ended')]                       # atexit: this rank's end written to the store
 METHODS = [('ddpsafe.checkpoint', 'CheckpointCallback', 'before_fit', 'before_fit'),
            ('ddpsafe.checkpoint', 'CheckpointCallback', '_resume', 'resume'),
            ('ddpsafe.checkpoint', 'CheckpointCallback', 'after_batch', 'after_batch'),

@@ -8,11 +8,14 @@ Docs: https://ddpsafe.github.io/ddpsafe/all.html.md"""
 __all__ = []
 
 # %% ../nbs/11_all.ipynb #5d15906c
+from .ranks import *
+from .watch import *
 from .core import *
 from .io import *
 from .manifest import *
 from .owner import claim_folder, FolderInUse, FolderClaim, read_owner, OWNER
 from .learner import *
+from .training_state import *
 from .parts import *
 from .shards import *
 from .upload import *
@@ -27,8 +30,8 @@ from .preempt import REQUEUE_EXIT_CODE, StopRequests
 from .cli import ddpsafe_ls, ddpsafe_verify, ddpsafe_status
 
 # %% ../nbs/11_all.ipynb #8614f33d
-import ddpsafe.core, ddpsafe.io, ddpsafe.manifest, ddpsafe.learner, ddpsafe.parts, ddpsafe.shards, ddpsafe.upload, ddpsafe.saver, ddpsafe.resume, ddpsafe.checkpoint, ddpsafe.sharded, ddpsafe.fsdp
-__all__ = [n for m in (ddpsafe.core, ddpsafe.io, ddpsafe.manifest, ddpsafe.learner, ddpsafe.parts, ddpsafe.shards, ddpsafe.upload, ddpsafe.saver, ddpsafe.resume, ddpsafe.checkpoint, ddpsafe.sharded, ddpsafe.fsdp) for n in m.__all__]
+import ddpsafe.ranks, ddpsafe.watch, ddpsafe.core, ddpsafe.io, ddpsafe.manifest, ddpsafe.learner, ddpsafe.training_state, ddpsafe.parts, ddpsafe.shards, ddpsafe.upload, ddpsafe.saver, ddpsafe.resume, ddpsafe.checkpoint, ddpsafe.sharded, ddpsafe.fsdp
+__all__ = [n for m in (ddpsafe.ranks, ddpsafe.watch, ddpsafe.core, ddpsafe.io, ddpsafe.manifest, ddpsafe.learner, ddpsafe.training_state, ddpsafe.parts, ddpsafe.shards, ddpsafe.upload, ddpsafe.saver, ddpsafe.resume, ddpsafe.checkpoint, ddpsafe.sharded, ddpsafe.fsdp) for n in m.__all__]
 __all__ += ['claim_folder', 'FolderInUse', 'FolderClaim', 'read_owner', 'OWNER',
             'REQUEUE_EXIT_CODE', 'StopRequests', 'ddpsafe_ls', 'ddpsafe_verify', 'ddpsafe_status',
             'hidden_state', 'set_hidden_state', 'HiddenState']

@@ -14,9 +14,12 @@ from fastai.torch_core import find_bs
 from fastai.learner import Learner
 from fastai.callback.core import Callback, CancelFitException, GatherPredsCallback
 from .core import *
+from .ranks import *
 from .io import *
 from .patching import fastai_stock, patch_fastai
-from .core import count_batch, watching_progress, loaded_class, name_failure
+from .core import name_failure
+from .watch import count_batch, watching_progress
+from .ranks import loaded_class
 
 # %% auto #0
 __all__ = ['at_fit_end', 'CallbacksDiffer', 'deciding', 'check_deciding_callbacks', 'TrainingCallback', 'no_best_message',

@@ -14,6 +14,7 @@ from fastai.learner import Learner
 from fastai.torch_core import get_model
 from fastai.callback.core import CancelFitException, CancelEpochException, CancelStepException, CancelBackwardException
 from .core import *
+from .ranks import *
 from .patching import fastai_stock, patch_fastai, once_a_process   # fastai's loops, patched here
 from .preempt import StopRequests, REQUEUE_EXIT_CODE, POLL_SECONDS
 import ddpsafe.fsdp   # learn.fsdp_ctx
@@ -28,7 +29,7 @@ from .saver import *   # how a checkpoint is written and kept
 from .interval import *   # when a timed save is due
 from .resume import *   # what a resume stands on: what a checkpoint must match, which one it takes, how it is loaded
 from .resume import _name, checkpoint_for_fit, reload_weights, resume_message, world_change_message, retrain_message
-from .parts import loader_note, stop_persistent_workers, late_callbacks_note
+from .parts import loader_note, stop_persistent_workers, late_callbacks_note, TrainingState, UserState
 from .shards import shard_index
 
 # %% auto #0

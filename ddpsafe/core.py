@@ -6,145 +6,23 @@ Docs: https://ddpsafe.github.io/ddpsafe/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #e635047b
 from __future__ import annotations
-import os, re, sys, time, atexit, pickle, weakref, threading, traceback, sysconfig
+import os, re, sys, time, pickle, weakref, threading, traceback
 from datetime import timedelta
 from contextlib import contextmanager, suppress
 import torch, torch.distributed as dist
+from .ranks import *
+from .watch import *
+from .watch import _beat, _side, _exit_hook, _within, _fail_key, _reports, ranks_apart, waiting_in, silent_ranks, behind_ranks, apart_message, ended_ranks
+_all_ = ['live', 'rank', 'world', 'is_main', 'coordinating', 'ddp_timeout', 'DistTimeout', 'PeerFailed', 'CheckpointMismatch',   # `from ddpsafe.core import *`
+         'STUCK_EXIT_CODE', 'APART_BEATS', 'start_heartbeat', 'stop_heartbeat', 'RanksApart', 'release_side_group']   # gives 0.3.0's names
 
 # %% auto #0
-__all__ = ['STUCK_EXIT_CODE', 'APART_BEATS', 'live', 'rank', 'world', 'is_main', 'coordinating', 'ddp_timeout', 'DistTimeout',
-           'PeerFailed', 'CheckpointMismatch', 'start_heartbeat', 'stop_heartbeat', 'RanksApart', 'bound_process_group',
-           'side_group', 'using_side_group', 'release_side_group', 'on_main', 'on_main_alone', 'made_by_all', 'agree',
-           'any_rank', 'all_ranks', 'barrier']
-
-# %% ../nbs/00_core.ipynb #f89291bf
-def live() -> bool:
-    "Is a process group alive in this process?"
-    return dist.is_available() and dist.is_initialized()
-
-# %% ../nbs/00_core.ipynb #7c07605b
-def rank() -> int:
-    "This process's rank, also before the group starts"
-    return dist.get_rank() if live() else int(os.environ.get('RANK', 0))
-
-# %% ../nbs/00_core.ipynb #b583845c
-def world() -> int:
-    "Number of ranks, also before the group starts"
-    return dist.get_world_size() if live() else int(os.environ.get('WORLD_SIZE', 1))
-
-# %% ../nbs/00_core.ipynb #0a2ff614
-def is_main() -> bool:
-    "Is this rank 0?"
-    return rank() == 0
-
-# %% ../nbs/00_core.ipynb #e48886b2
-def coordinating() -> bool:
-    "Are there other ranks to coordinate with?"
-    return live() and world() > 1
-
-# %% ../nbs/00_core.ipynb #da673e4d
-def loaded_class(module:str, # A module's full name, e.g. 'torch.distributed.tensor'
-                 name:str    # A class it defines
-                ):
-    "Class `name` of `module` if this process has imported it, else `()`, which no object is an instance of; never imports"
-    return getattr(sys.modules.get(module), name, ())
-
-def is_dtensor(t) -> bool:
-    "Is `t` a `DTensor`, without importing DTensor where none can exist?"
-    return isinstance(t, loaded_class('torch.distributed.tensor', 'DTensor'))
-
-# %% ../nbs/00_core.ipynb #61b9e66c
-def ddp_timeout(timeout:float|None=None # Seconds; `None` for the default
-               ) -> float:
-    "`timeout`, else `DDPSAFE_TIMEOUT`, else 1800 seconds"
-    return float(timeout if timeout is not None else os.environ.get('DDPSAFE_TIMEOUT', 1800))
-
-# %% ../nbs/00_core.ipynb #21cc9c45
-class DistTimeout(RuntimeError):
-    "Ranks missed a wait; `missing` names them, if known"
-    def __init__(self, msg:str,               # What was awaited, where, and for how long
-                 missing:list|None=None):     # The ranks that did not arrive, when known
-        super().__init__(msg)
-        self.missing = missing
-    def __reduce__(self): return (type(self), (str(self), self.missing))
-
-class PeerFailed(DistTimeout): "Another rank failed or ended its script, and this one stopped for it: `missing` names those ranks"
-class CheckpointMismatch(ValueError): "A checkpoint that was saved from another model or setup"
-
-# %% ../nbs/00_core.ipynb #b7e10a02
-_beat, _said = {}, {}
-
-def _beat_key(r:int) -> str: return f'ddpsafe/heartbeat/{r}'
-
-def _end_beat(stop:threading.Event, thread:threading.Thread, every:float):
-    "Stop one heartbeat thread and wait for it"
-    stop.set()
-    if thread is not threading.current_thread(): thread.join(2*every + 1)
-    if _beat.get('thread') is thread: _beat.clear()
-
-def start_heartbeat(every:float=2.): # Seconds between two beats
-    "Beat this rank's clock, and where it waits, into the store"
-    pg = dist.group.WORLD if coordinating() else None
-    if pg is None or (_beat and _beat['pg']() is pg): return
-    stop_heartbeat()
-    store = dist.distributed_c10d._get_default_store()
-    try: writer, reader = store.clone(), store.clone()   # connections of our own: a blocked call of the user's can't hold them
-    except Exception: return                             # a store without `clone`: no heartbeat, errors name no rank
-    for s in (writer, reader): s.set_timeout(timedelta(seconds=2*every))
-    stop, key, doing_key = threading.Event(), _beat_key(rank()), _doing_key(rank())
-    def beat():
-        apart = 0                                        # beats in a row that found the ranks waiting apart
-        while True:
-            try:
-                writer.set(key, repr(time.time()))
-                writer.set(doing_key, json.dumps(doing := _doing(every)))   # the collective it waits in; where, once its batches stand still
-                apart = _apart_here(writer, doing, every, apart)
-            except Exception: return                     # the store is gone, and the group with it
-            if doing.get('alone') and doing['waited'] > ddp_timeout(): _end_stuck(writer, doing)
-            if stop.wait(every): return
-    t = threading.Thread(target=beat, name='ddpsafe-heartbeat', daemon=True)
-    # the beat ends with the group: torch's `destroy_process_group` frees it, whoever calls it
-    _beat.update(pg=weakref.ref(pg), thread=t, reader=reader, every=every, end=weakref.finalize(pg, _end_beat, stop, t, every))
-    _said.update(store=reader, rank=rank())    # where to say, at exit, that this rank has ended: also once the script destroyed its group
-    _exit_hook()
-    t.start()
-
-def stop_heartbeat():
-    "Stop this rank's heartbeat"
-    if _beat: _beat['end']()
-
-# %% ../nbs/00_core.ipynb #b7e10a04
-def _within(f, secs:float):
-    "`f()`, or `TimeoutError` after `secs` seconds"
-    box = {}
-    def run():
-        try: box['out'] = f()
-        except Exception as e: box['err'] = e
-    t = threading.Thread(target=run, daemon=True); t.start(); t.join(secs)
-    if 'err' in box: raise box['err']
-    if 'out' not in box: raise TimeoutError(f'no answer within {secs:.0f}s')
-    return box['out']
-
-def silent_ranks(window:float|None=None # Seconds a heartbeat must stand still; default 3 beats
-                ) -> dict|None: # `None` when the store does not answer
-    "Other ranks whose heartbeat stood still: {rank: seconds}"
-    if not _beat: return {}
-    store, every = _beat['reader'], _beat['every']
-    window = 3*every if window is None else window
-    keys = {r: _beat_key(r) for r in range(world()) if r != rank()}
-    def read(): return _within(lambda: {r: float(store.get(k)) if store.check([k]) else None for r,k in keys.items()}, 2*every)
-    try:
-        first, t0 = read(), time.monotonic()
-        while True:
-            now, last, waited = time.time(), read(), time.monotonic() - t0
-            still = {r: max(waited, now - v if v is not None else 0) for r,v in last.items() if v == first[r]}
-            if waited >= window or all(s >= window for s in still.values()): return still
-            time.sleep(every/4)
-    except Exception: return None
+__all__ = ['bound_process_group', 'side_group', 'using_side_group', 'on_main', 'on_main_alone', 'made_by_all', 'agree',
+           'any_rank', 'all_ranks', 'barrier', 'live', 'rank', 'world', 'is_main', 'coordinating', 'ddp_timeout',
+           'DistTimeout', 'PeerFailed', 'CheckpointMismatch', 'STUCK_EXIT_CODE', 'APART_BEATS', 'start_heartbeat',
+           'stop_heartbeat', 'RanksApart', 'release_side_group']
 
 # %% ../nbs/00_core.ipynb #728129d0
-def _fail_key(r:int) -> str: return f'ddpsafe/failed/{r}'
-
 def error_line(e:BaseException) -> str:
     "`Type: message` of `e` on one line (fastai's callback errors span two); for an error re-raised from a DataLoader worker, the worker's own"
     lines = [l.strip() for l in str(e).strip().splitlines() if l.strip()]
@@ -174,232 +52,6 @@ def forget_failure():
     "Remove this rank's reported failure (a new training block starts)"
     if not _beat: return
     with suppress(Exception): _beat['reader'].delete_key(_fail_key(rank()))
-
-# %% ../nbs/00_core.ipynb #94ba768d
-import sys, json, faulthandler, multiprocessing
-
-STUCK_EXIT_CODE = 1   # a rank that waited on itself past `DDPSAFE_TIMEOUT` exits with this, as a failed one does
-
-# %% ../nbs/00_core.ipynb #94ba7601
-_progress = dict(batches=0, fits=0, since=0., seen=None, still=0.)   # batches of the fits; fits under way, since when; the last count seen, since when
-
-def count_batch():
-    "One more batch (fastai's `Learner.one_batch`, as ddpsafe patches it, calls this)"
-    _progress['batches'] += 1
-
-@contextmanager
-def watching_progress():
-    "Inside the block (a fit), a rank whose batches stand still while it waits on itself is named, and ends"
-    if not _progress['fits']: _progress['since'] = time.time()
-    _progress['fits'] += 1
-    try: yield
-    finally: _progress['fits'] -= 1
-
-_COLLECTIVE_MODULES = ('torch.distributed', 'torch.nn.parallel')
-_COLLECTIVE_CALLS = {'broadcast_bytes', 'any_rank', 'all_ranks', 'barrier', 'poll', 'last_round', '_wait_for_main'}   # ddpsafe's own
-
-def _awaited_worker(it) -> str:
-    "' (worker pid P has not answered)' for the worker whose batch iterator `it` waits for"
-    try:
-        info = it._task_info.get(it._rcvd_idx)
-        if info is not None and len(info) == 1: return f' (worker pid {it._workers[info[0]].pid} has not answered)'
-    except Exception: pass
-    return ''
-
-_stands_for = {}   # code object -> the target ('Class.method', 'function') of fastai's or torch's a function of ddpsafe replaces or adds: `patch_fastai` fills it
-
-def _method_names(full:bool=False) -> dict: # 'Learner.save' rather than 'save'?
-    "Code object -> method name, for ddpsafe's functions that replace or add fastai's methods (`_stands_for`)"
-    return {c: t if full else t.rpartition('.')[2] for c, t in list(_stands_for.items())}
-
-def _module(f) -> str: return f.f_globals.get('__name__') or ''
-def _ours(f) -> bool: return _module(f).split('.')[0] == 'ddpsafe'
-
-def where_waiting(frame) -> tuple:   # A thread's innermost frame
-    "(where the thread waits, in words; does it wait on this rank alone?)"
-    fs, names = [], _method_names()   # a frame of ddpsafe's `all_batches` (`learner_all_batches`) is one of fastai's loop
-    while frame is not None: fs.append((frame, frame.f_code.co_filename.replace('\\', '/'), names.get(frame.f_code, frame.f_code.co_name))); frame = frame.f_back
-    step = next((f', at step {s}' for f,_,n in fs if n in ('one_batch', 'all_batches') and isinstance(s := getattr(f.f_locals.get('self'), 'train_iter', None), int)), '')
-    if any(_module(f).startswith(_COLLECTIVE_MODULES) or (_ours(f) and n in _COLLECTIVE_CALLS) or (_module(f).startswith('torch.autograd') and n == 'backward')
-           for f,_,n in fs): return f'in a collective{step}', False
-    for f,fn,n in fs:
-        if _module(f) == 'torch.utils.data.dataloader' and n == '_next_data': return f'for its DataLoader{_awaited_worker(f.f_locals.get("self"))}{step}', True
-    if any(_ours(f) and n == 'save' for f,_,n in fs): return f'in a checkpoint save{step}', True
-    for f,fn,n in fs:
-        if n.startswith(('before_', 'after_')) and hasattr(type(f.f_locals.get('self')), 'order'):
-            return f'in callback {type(f.f_locals["self"]).__name__}.{n} ({fn.rsplit("/", 1)[-1]}:{f.f_lineno}){step}', True
-    f,fn,n = fs[0]
-    return f'in {n} ({fn.rsplit("/", 1)[-1]}:{f.f_lineno}){step}', True
-
-# %% ../nbs/00_core.ipynb #26189e00
-def _doing(every:float) -> dict:
-    "What the main thread does: the collective it waits in, if one (`waiting_in`); once a fit's batches stand still for two beats, where it waits"
-    now = time.time()
-    if _progress.get('seen') != _progress['batches']: _progress['seen'], _progress['still'] = _progress['batches'], now
-    waited = now - max(_progress['still'], _progress['since'])
-    frame = sys._current_frames().get(threading.main_thread().ident)
-    doing = dict(at=now, wait=waiting_in(frame, now))
-    if not _progress['fits'] or waited < 2*every: return doing
-    what, alone = where_waiting(frame) if frame is not None else ('in an unknown place', False)
-    return dict(doing, what=what, alone=alone, waited=round(waited, 1))
-
-def _end_stuck(store, doing:dict):
-    "This rank waited on itself past `DDPSAFE_TIMEOUT`: say so in the store and the log, with its stacks, and exit"
-    line = f"has waited {doing['waited']:.0f}s {doing['what']}"
-    with suppress(Exception): store.set(_fail_key(rank()), line)
-    err = sys.__stderr__
-    err.write(f'\nddpsafe: rank {rank()} {line}, past DDPSAFE_TIMEOUT={ddp_timeout():g}s. Its Python stacks, then exit {STUCK_EXIT_CODE}:\n'); err.flush()
-    faulthandler.dump_traceback(file=err, all_threads=True); err.flush()
-    for p in multiprocessing.active_children(): p.kill()   # its DataLoader workers, which may be what it waits for
-    os._exit(STUCK_EXIT_CODE)
-
-def _doing_key(r:int) -> str: return f'ddpsafe/doing/{r}'
-
-def _others_doing(store) -> dict:
-    "Every other rank's latest report in `store`: {rank: what it does}"
-    keys = {r: _doing_key(r) for r in range(world()) if r != rank()}
-    return {r: json.loads(store.get(k)) for r,k in keys.items() if store.check([k])}
-
-def _heard() -> dict:
-    "The other ranks' reports, read through the heartbeat's connection; `{}` without one, or when the store does not answer"
-    if not _beat: return {}
-    try: return _within(lambda: _others_doing(_beat['reader']), 2*_beat['every'])
-    except Exception: return {}
-
-def behind_ranks() -> dict:
-    "Other ranks that wait on themselves, as their heartbeats say: {rank: 'has waited 21s for its DataLoader ...'}"
-    doing = _heard()
-    return {r: f"has waited {d['waited']:.0f}s {d['what']}" for r,d in doing.items() if d and d.get('alone')}
-
-# %% ../nbs/00_core.ipynb #a440ccac
-_LIBRARIES = ('ddpsafe', 'fastai', 'fastcore', 'fasttransform', 'plum', 'torch', 'accelerate')
-_STDLIB = sysconfig.get_paths()['stdlib']
-_WRAPPERS = {'wrapper', 'inner', '_fn', 'decorate_context', '__call__', '_wrapped_call_impl', '_call_impl', '__enter__', '__exit__'}
-
-def _library(f) -> bool:
-    "Is frame `f` of ddpsafe, fastai, torch or Python's own library, not of the script?"
-    return _module(f).split('.')[0] in _LIBRARIES or f.f_code.co_filename.startswith(_STDLIB)
-
-def _call_name(f, names:dict) -> str:
-    "The function of frame `f` as a script calls it: 'Learner.save', 'torch.distributed.barrier', 'agree'"
-    code = f.f_code
-    if code in names: return names[code]
-    if _module(f) == 'torch.distributed.distributed_c10d': return f'torch.distributed.{code.co_name}'
-    owner = None if _ours(f) else f.f_locals.get('self')
-    return f'{type(owner).__name__}.{code.co_name}' if owner is not None else code.co_name
-
-def _trains_ddp(fs:list) -> bool:
-    "Is one of the frames `fs` a method of a learner whose model DDP wraps?"
-    ddp = loaded_class('torch.nn.parallel.distributed', 'DistributedDataParallel')
-    return any(isinstance(getattr(f.f_locals.get('self'), 'model', None), ddp) for f in fs)
-
-def _waits_for_ranks(f, outer:list) -> bool:
-    "Does frame `f` (inside the frames `outer`) wait for the other ranks?"
-    mod, name = _module(f), f.f_code.co_name
-    if mod == 'torch.distributed.distributed_c10d': return not name.startswith('_')
-    if mod == 'torch.distributed.utils': return name.startswith(('_verify', '_sync'))   # DDP's constructor checks and broadcasts the parameters
-    if mod.startswith('torch.autograd'): return name == 'backward' and _trains_ddp(outer)   # DDP's gradient all-reduce
-    return _ours(f) and name in _COLLECTIVE_CALLS
-
-def _group_seqs() -> tuple:
-    "The sequence numbers of the user's group and ddpsafe's side groups: each collective moves one"
-    seqs = []
-    for g in [dist.group.WORLD, *[held['group']() for held in _side.values()]]:
-        try: seqs.append(g._get_sequence_number_for_group())
-        except Exception: seqs.append(None)
-    return tuple(seqs)
-
-_still = dict(sig=None, since=0.)   # the heartbeat's last wait seen, since when
-
-def waiting_in(frame,                 # A thread's innermost frame
-               now:float|None=None    # The time, to count how long the same wait has lasted (the heartbeat's)
-              ) -> dict|None:
-    "Where the thread waits for other ranks: call, collective, the script's line, and for how long; `None` if it waits for none"
-    fs, names = [], _method_names(full=True)
-    while frame is not None: fs.append(frame); frame = frame.f_back
-    i = next((k for k,f in enumerate(fs) if _waits_for_ranks(f, fs[k+1:])), None)
-    if i is None: return None
-    j = i
-    while j+1 < len(fs) and _library(fs[j+1]): j += 1
-    own = [k for k in range(j, i-1, -1) if _ours(fs[k]) and fs[k].f_code.co_name in _COLLECTIVE_CALLS]   # ddpsafe's own collective
-    torch_frames = [k for k in range(j, i-1, -1) if _module(fs[k]).startswith('torch.') and fs[k].f_code.co_name not in _WRAPPERS]
-    c = own[0] if own else torch_frames[0] if torch_frames else i
-    collective = _call_name(fs[c], names)              # ddpsafe's own collective, else the outermost of torch's functions
-    call = next((n for k in range(j, i-1, -1) if (n := _call_name(fs[k], names)).rpartition('.')[2] not in _WRAPPERS), collective)
-    site = f'{os.path.basename(fs[j+1].f_code.co_filename)}:{fs[j+1].f_lineno}' if j+1 < len(fs) else 'unknown'
-    w = dict(call=call, collective=collective, site=site, ours=bool(own), answerable=fs[i].f_code.co_name == '_wait_for_main', secs=0.)
-    if w['answerable']: w['awaits'] = fs[i].f_locals.get('what')   # what the store wait is for, in words
-    if now is not None:
-        sig = (call, collective, site, id(fs[i].f_code), fs[i].f_lasti, _progress['batches'], _group_seqs())
-        if sig != _still['sig']: _still.update(sig=sig, since=now)
-        w['secs'] = round(now - _still['since'], 1)
-    return w
-
-# %% ../nbs/00_core.ipynb #2287659b
-APART_BEATS = 3     # beats every rank must have waited, without a collective moving, before the ranks are called apart
-_APART_KEY = 'ddpsafe/apart'
-
-class RanksApart(DistTimeout):
-    "The ranks wait in different calls, so none can go on"
-
-# %% ../nbs/00_core.ipynb #22876501
-def _place(r:int, d:dict) -> str:
-    "Where rank `r` waits, in words, from its report `d`"
-    if d.get('ended'): return f'rank {r} has ended its script'
-    w = d['wait']
-    at = ' for ' + (w.get('awaits') or "rank 0's answer") if w['answerable'] else f" at {w['collective']}" if w['collective'] != w['call'] else ''
-    return f"rank {r} waits in {w['call']}{at} ({w['site']})"
-
-def ranks_apart(reports:dict,   # rank -> what it does (`_doing`'s report), one for every rank, this rank's among them
-                window:float    # Seconds every rank must have waited
-               ) -> str|None:
-    "The message when every rank has waited `window` seconds in a collective, or ended, and not all in the same call"
-    if len(reports) < world() or len(reports) < 2: return None
-    if not all(d.get('ended') or (d.get('wait') and d['wait']['secs'] >= window) for d in reports.values()): return None
-    if len({'ended' if d.get('ended') else (d['wait']['call'], d['wait']['collective']) for d in reports.values()}) < 2: return None
-    return ('the ranks wait in different places, so none of them can go on: ' + '; '.join(_place(r, reports[r]) for r in sorted(reports)) +
-            '. A call that every rank must make ran on some ranks only (inside `if rank == 0:`?): make it on every rank')
-
-def _reports(store, me:dict, every:float) -> dict:
-    "Every rank's latest report from `store`, fresh ones only (or `ended`), with this rank's own `me`"
-    now = time.time()
-    return {**{r: d for r,d in _others_doing(store).items() if d.get('ended') or now - d.get('at', 0) < 2*every + 1}, rank(): me}
-
-# %% ../nbs/00_core.ipynb #5796afa5
-def _apart_here(store, doing:dict, every:float, seen:int) -> int:
-    "One beat's look at the ranks' waits; ends this rank when they have stood apart long enough: the beats seen apart in a row"
-    w = doing.get('wait')
-    if not w or w['answerable'] or w['secs'] < APART_BEATS*every: return 0
-    reports = _reports(store, doing, every)
-    if not (msg := ranks_apart(reports, APART_BEATS*every)): return 0
-    if any((d.get('wait') or {}).get('answerable') for d in reports.values()): return seen   # a rank that can answer does so first
-    seen += 1
-    if seen >= (3 if w['ours'] else 2): _end_apart(store, msg)
-    return seen
-
-def _end_apart(store, msg:str):
-    "The ranks wait apart and this one can not be woken: say so in the store and the log, and exit"
-    with suppress(Exception): store.set(_APART_KEY, msg)
-    sys.__stderr__.write(f'\nddpsafe: {msg}. Rank {rank()} exits with code {STUCK_EXIT_CODE} rather than wait forever.\n'); sys.__stderr__.flush()
-    for p in multiprocessing.active_children(): p.kill()   # its DataLoader workers
-    os._exit(STUCK_EXIT_CODE)
-
-def apart_message() -> str|None:
-    "The message of ranks found waiting apart, if a rank left one in the store"
-    if not _beat: return None
-    try: return _within(lambda: _beat['reader'].get(_APART_KEY).decode() if _beat['reader'].check([_APART_KEY]) else None, 2*_beat['every'])
-    except Exception: return None
-
-def ended_ranks() -> dict:
-    "Other ranks whose script has ended, as they said on their way out: {rank: 'has ended its script'}"
-    return {r: 'has ended its script' for r,d in _heard().items() if d.get('ended')}
-
-def _say_ended():
-    "Leave `ended` in the store: this rank's script has ended (registered with `atexit`), whether or not it destroyed its group"
-    if 'store' not in _said: return
-    stop_heartbeat()
-    line = json.dumps(dict(ended=True, at=time.time()))
-    with suppress(Exception): _within(lambda: _said['store'].set(_doing_key(_said['rank']), line), 1)   # a frozen store host must not hold the exit
 
 # %% ../nbs/00_core.ipynb #b7e10a06
 _UNREACHABLE = re.compile(r'[Tt]imed? ?out|[Cc]losed|reset by peer|[Bb]roken pipe|refused')
@@ -440,7 +92,7 @@ def bound_process_group():
     start_heartbeat(); forget_failure()
 
 # %% ../nbs/00_core.ipynb #3204cf94
-_side, _thread = {}, threading.local()    # purpose -> weak references to the user's group and ours; a thread's purpose
+_thread = threading.local()    # a thread's purpose; `_side` (in `ddpsafe.watch`): purpose -> weak references to the user's group and ours
 
 def side_group(purpose:str|None=None): # What the group is for; default: the calling thread's (`using_side_group`), else 'agree'
     "ddpsafe's gloo group beside the default one, one per purpose"
@@ -460,21 +112,6 @@ def using_side_group(purpose:str): # A purpose whose group every rank made befor
     old, _thread.purpose = getattr(_thread, 'purpose', None), purpose
     try: yield side_group()
     finally: _thread.purpose = old
-
-# %% ../nbs/00_core.ipynb #1004ed0c
-def release_side_group():
-    "Destroy the side groups; stop the heartbeat"
-    stop_heartbeat()
-    groups = [held['group']() for held in _side.values()]
-    _side.clear()
-    for g in groups:
-        if g is not None and live():
-            try: dist.destroy_process_group(g)
-            except Exception: pass                       # torch destroyed it already
-
-def _exit_hook():
-    "At exit, say this rank has ended, then release the side group (registered once; `atexit` runs the last registered first)"
-    for f in (release_side_group, _say_ended): atexit.unregister(f); atexit.register(f)
 
 # %% ../nbs/00_core.ipynb #1fc93b51
 def broadcast_bytes(data:bytes|None, # The payload on rank `src`; ignored elsewhere

@@ -14,10 +14,13 @@ from fastcore.basics import noop, store_attr
 from fastai.learner import Learner
 from fastai.callback.core import Callback
 from .core import *
+from .ranks import *
+from .watch import release_side_group
 from .learner import start_process_group
 from .patching import patch_fastai
 from .sharded import _device
-from .core import is_dtensor, name_failure
+from .ranks import is_dtensor
+from .core import name_failure
 
 # %% auto #0
 __all__ = ['ShardedTrainer']

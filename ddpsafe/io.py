@@ -11,6 +11,8 @@ from pathlib import Path
 import torch, xxhash
 import safetensors.torch as st
 from .core import *
+from .ranks import *
+from .watch import RanksApart
 from .core import _portable
 from .commit import fsync_path, errno_of, commit_file, FileWriter, file_digest, storage_for, as_path
 from .core import broadcast_bytes

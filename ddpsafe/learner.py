@@ -23,6 +23,8 @@ from fastai.learner import Learner
 from fastai.data.core import DataLoaders
 from fastai.torch_core import get_model
 from .core import *
+from .ranks import *
+from .watch import release_side_group
 from .sharded import is_sharded, full_weights, load_full_weights, full_optimizer_state, shard_optimizer_state
 from .io import *
 from .io import collective_read

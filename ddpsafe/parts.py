@@ -1,4 +1,4 @@
-"""Everything a checkpoint holds, as parts of one registry: the model, the optimizer, where the run is in its data and schedule, every rank's random states, the mixed-precision loss scaler, and the state of your own callbacks. Every save and every resume loops over it.
+"""Everything a checkpoint holds, part by part: the model, the optimizer, where the run is in its data and schedule, every rank's random states, the mixed-precision loss scaler, and the state of your own callbacks. Each is a part of the one registry that every save and every resume loops over, and an example for a part of your own.
 
 Docs: https://ddpsafe.github.io/ddpsafe/parts.html.md"""
 
@@ -8,49 +8,25 @@ Docs: https://ddpsafe.github.io/ddpsafe/parts.html.md"""
 from __future__ import annotations
 import sys, random
 from pathlib import Path
-import numpy as np, torch, xxhash, fastai
+import numpy as np, torch, fastai
 import torch.utils.data as tud
-from fastcore.basics import patch, listify
 from fastai.learner import Learner
 from fastai.optimizer import OptimWrapper
 from fastai.torch_core import get_model
 from . import __version__
-from .core import rank, world, is_main, coordinating, all_ranks, loaded_class, CheckpointMismatch
+from .ranks import rank, world, is_main, loaded_class, CheckpointMismatch
 from .io import writer_for, checkpoint_writers   # `from ddpsafe.parts import checkpoint_writers` still works
-from .snapshot import map_tensors
-from .manifest import uncompiled_key, SHARD_INDEX
+from .manifest import uncompiled_key
 from .sharded import is_sharded, full_weights, load_full_weights, full_optimizer_state, shard_optimizer_state
+from .training_state import *   # `from ddpsafe.parts import Part, register_part, TrainingState` still works
+from .training_state import _stateful
+_all_ = ['PART_MAKERS', 'Part', 'register_part', 'UserState', 'TrainingState']   # the registry's, as `from ddpsafe.parts import *` gave
 
 # %% auto #0
-__all__ = ['PART_MAKERS', 'POSITION', 'Part', 'register_part', 'model_weights', 'load_weights', 'rng_state', 'set_rng_state',
-           'unknown_order', 'loader_kind', 'loader_name', 'loader_state', 'set_loader_state', 'ModelState',
-           'OptimizerState', 'RecorderState', 'recorded', 'TrackerState', 'LoaderState', 'RNGState', 'PositionState',
-           'SetupState', 'ScalerState', 'scaler_part', 'UserState', 'TrainingState']
-
-# %% ../nbs/07b_parts.ipynb #7b000010
-class Part:
-    "One piece of the training state a checkpoint holds: its name, its file, and how to get and set it"
-    file:str = 'state.pt'   # The checkpoint file it goes to
-    whole:bool = False      # Is it the whole file? Else it is the entry `key` of the dict the file holds
-    ranks:str = 'one'       # Whose state is kept: 'one' (rank 0's: every rank holds the same), 'each' (every rank's), 'auto' (one when all ranks hold the same, else each)
-    when_missing:str = 'keep' # A checkpoint without it: 'keep' this run's own state (and say so), 'ask' (refuse it unless `accept_changes='parts'`), or 'refuse' it
-    header:bool = False     # Is it in the header of `state.pt`, which every checkpoint has held (its entries at the file's top level, named in no list of parts)?
-    source = 'the checkpoint' # Where a resume read its state from (set by the registry, for errors)
-    def __init__(self,
-                 name:str,            # Its name, in messages and in the manifest
-                 key:str|None=None):  # Its key in a file it shares; default: `name`
-        self.name,self.key = name,key or name
-    def state_dict(self): raise NotImplementedError
-    def load_state_dict(self, d): raise NotImplementedError
-    def __repr__(self): return f'{type(self).__name__}({self.name!r} in {self.file})'
-
-# %% ../nbs/07b_parts.ipynb #7b000011
-PART_MAKERS = []   # functions of a `Learner` that give its parts, in the order a resume loads them
-
-def register_part(make): # A function of a `Learner` that returns a `Part`, a list of them, or `None` when the learner has none
-    "Register `make`: from now on every checkpoint holds the parts it returns"
-    PART_MAKERS.append(make)
-    return make
+__all__ = ['POSITION', 'model_weights', 'load_weights', 'rng_state', 'set_rng_state', 'unknown_order', 'loader_kind',
+           'loader_name', 'loader_state', 'set_loader_state', 'ModelState', 'OptimizerState', 'RecorderState',
+           'recorded', 'TrackerState', 'LoaderState', 'RNGState', 'PositionState', 'SetupState', 'ScalerState',
+           'scaler_part', 'PART_MAKERS', 'Part', 'register_part', 'UserState', 'TrainingState']
 
 # %% ../nbs/07b_parts.ipynb #bf67af9c
 def model_weights(model) -> dict:
@@ -348,43 +324,6 @@ def scaler_part(learn:Learner) -> ScalerState|None:
     s = getattr(learn, 'scaler', None)
     return ScalerState(learn) if isinstance(s, torch.amp.GradScaler) and s.is_enabled() else None
 
-# %% ../nbs/07b_parts.ipynb #7b000024
-def state_digest(state) -> str:
-    "A checksum of `state`: its tensors' bytes, dtypes and shapes, and its plain values"
-    h = xxhash.xxh3_64()
-    def walk(o):
-        if isinstance(o, torch.Tensor):
-            t = o.detach().cpu().contiguous()
-            h.update(f'T{t.dtype}{tuple(t.shape)}'.encode()); h.update(t.reshape(-1).view(torch.uint8).numpy())
-        elif isinstance(o, dict):
-            h.update(b'{')
-            for k, v in o.items(): h.update(repr(k).encode()); walk(v)
-            h.update(b'}')
-        elif isinstance(o, (list, tuple)):
-            h.update(b'[')
-            for v in o: walk(v)
-            h.update(b']')
-        else: h.update(repr(o).encode())
-    walk(state)
-    return h.hexdigest()
-
-# %% ../nbs/07b_parts.ipynb #7b000026
-def _stateful(o) -> bool:
-    "Does `o`'s class define `state_dict` and `load_state_dict`? (Looked up on the class: a fastai callback passes unknown names on to the learner)"
-    return callable(getattr(type(o), 'state_dict', None)) and callable(getattr(type(o), 'load_state_dict', None))
-
-class UserState(Part):
-    "The state of a callback or object of yours, by its `state_dict()` and `load_state_dict()`; set at the resume point"
-    file,ranks,when_missing = 'user.pt','auto','ask'   # a callback added since: the user says whether it may start afresh
-    def __init__(self, name:str, # The part's name in the checkpoint: the callback's `name`, or your key in `extra`
-                 obj):           # Anything with `state_dict()` and `load_state_dict()`
-        if not _stateful(obj): raise TypeError(f'{name}: {type(obj).__name__} has no state_dict() and load_state_dict(): ddpsafe cannot save it')
-        super().__init__(name); self.obj,self.resumed = obj,None
-    def state_dict(self): return map_tensors(lambda t, _: t.as_subclass(torch.Tensor) if type(t) is not torch.Tensor else t, self.obj.state_dict())   # fastai's `TensorBase` as a plain tensor
-    def load_state_dict(self, d): self.resumed = d
-    def at_resume_point(self):
-        if self.resumed is not None: self.obj.load_state_dict(self.resumed); self.resumed = None
-
 # %% ../nbs/07b_parts.ipynb #86147703
 @register_part
 def callback_parts(learn:Learner) -> list:
@@ -396,47 +335,6 @@ def callback_parts(learn:Learner) -> list:
         out.append(UserState(cb.name if seen[cb.name] == 1 else f'{cb.name}_{seen[cb.name]}', cb))
     return out
 
-# %% ../nbs/07b_parts.ipynb #96cddc43
-class TrainingState:
-    "The registry of one fit's training state: every part a checkpoint holds, in the order a resume loads them"
-    def __init__(self, learn:Learner,  # The `Learner` of the fit
-                 extra:dict|None=None, # Objects of yours to save too, by name
-                 header=()):           # Parts of `state.pt`'s header, first: the position (`PositionState`), the run's facts (`SetupState`)
-        self.parts = {}
-        for p in header: self.add(p)
-        for make in PART_MAKERS:
-            for p in listify(make(learn)): self.add(p)
-        for name, o in (extra or {}).items(): self.add(UserState(name, o))
-
-    def add(self, p:Part):
-        "Add part `p`; its name must be new"
-        if p.name in self.parts: raise ValueError(f'two parts of the training state are named {p.name!r}: {self.parts[p.name]} and {p}; '
-                                                  'give yours another name')
-        self.parts[p.name] = p
-
-    def __getitem__(self, name:str) -> Part: return self.parts[name]
-    def __iter__(self): return iter(self.parts.values())
-    def __repr__(self): return f'TrainingState({", ".join(map(repr, self))})'
-    @property
-    def names(self) -> list:
-        "The parts named in a checkpoint's list of parts: all but the header's"
-        return [p.name for p in self if not p.header]
-
-    def event(self, name:str):
-        "Call method `name` of each part that has it: `begin_epoch`, `end_epoch`, `at_resume_point`"
-        for p in self:
-            if callable(f := getattr(p, name, None)): fitting(p, f) if name == 'at_resume_point' else f()
-
-# %% ../nbs/07b_parts.ipynb #d4a2fc3d
-LEGACY_PARTS = ('model', 'optimizer', 'recorder', 'trackers', 'loaders', 'rng')   # what checkpoints held before the registry named their parts
-
-def fitting(p:Part, f, *args):
-    "`f(*args)`, a step of setting part `p`'s state: an error there is a `CheckpointMismatch` naming its file and the part"
-    try: return f(*args)
-    except CheckpointMismatch: raise
-    except (KeyError, ValueError, TypeError, RuntimeError, IndexError, AttributeError) as e:
-        raise CheckpointMismatch(f'{p.source}: part {p.name!r} of the training state does not fit this run: {type(e).__name__}: {e}') from e
-
 # %% ../nbs/07b_parts.ipynb #7b000029
 def late_callbacks_note(state,                # The fit's `TrainingState`
                         order:int):          # The order of the callback that saves them
@@ -447,110 +345,3 @@ def late_callbacks_note(state,                # The fit's `TrainingState`
     return (f"ddpsafe: callback{'s'*many} {', '.join(late)} run{'s'*(not many)} after CheckpointCallback (order {order}): "
             f"{'their' if many else 'its'} state is saved before {'their' if many else 'its'} after_batch of the saved step, which a resumed run "
             f"does not repeat. Give {'them' if many else 'it'} an order below {order} to save {'their' if many else 'its'} state after it")
-
-# %% ../nbs/07b_parts.ipynb #7b000031
-@patch
-def collect(self:TrainingState,
-            sharded:bool=False # Do parts with `shards()` write their tensors in shards?
-           ) -> tuple:
-    "(each part's state as a checkpoint keeps it, the tensors that go to shards); collective"
-    states, shards = {}, {}
-    for p in self:
-        if sharded and callable(getattr(p, 'shards', None)): tensors, states[p.name] = p.shards(); shards.update(tensors)
-        else: states[p.name] = p.state_dict()
-    auto = [p.name for p in self if p.ranks == 'auto']
-    digests = all_ranks([state_digest(states[n]) for n in auto]) if auto and coordinating() else []
-    differ = {n for i, n in enumerate(auto) if len({d[i] for d in digests}) > 1}
-    for p in self:
-        if p.ranks == 'each' or p.name in differ: states[p.name] = all_ranks(states[p.name])
-        if p.ranks == 'auto': states[p.name] = dict(each=states[p.name]) if p.name in differ else dict(one=states[p.name])
-    return states, shards
-
-@patch
-def contents(self:TrainingState,
-             states:dict # What `collect` returned
-            ) -> dict:
-    "Each file of a checkpoint, and what it holds: a whole part's state, or a dict of parts' states; the header parts' entries first in `state.pt`"
-    top = {k: v for p in self if p.header for k, v in states[p.name].items()}
-    files = {'state.pt': dict(top, parts=self.names)}
-    for p in self:
-        s = states[p.name]
-        if p.header: continue
-        if not p.whole: files.setdefault(p.file, {})[p.key] = s
-        elif s is not None: files[p.file] = s     # `None`: all of it is in the shards
-    return files
-
-@patch
-def files_of(self:TrainingState,
-             contents:dict): # What `contents` returned
-    "The file each part went to, as the manifest records it: a part whose whole file is not written is in the shards (`SHARD_INDEX`)"
-    return {p.name: p.file if p.file in contents else SHARD_INDEX for p in self if not p.header}
-
-@patch
-def to_files(self:TrainingState,
-             sharded:bool=False # Do parts with `shards()` write their tensors in shards?
-            ) -> tuple:
-    "This step boundary's state as a checkpoint holds it: (each file and what it holds, the file each part went to, the tensors that go to shards); collective"
-    states, shards = self.collect(sharded)
-    files = self.contents(states)
-    return files, self.files_of(files), shards
-
-@patch
-def meta(self:TrainingState, **why) -> dict:
-    "The manifest's entries for this step boundary, in its order: where the run is (the position's `meta()`), `why` it saved, the run's facts (the other header parts')"
-    where, *facts = [p.meta() for p in self if p.header and callable(getattr(p, 'meta', None))]
-    return {**where, **why, **{k: v for f in facts for k, v in f.items()}}
-
-# %% ../nbs/07b_parts.ipynb #7b000032
-def own_state(p:Part, saved):
-    "This rank's state of part `p` out of what `collect` kept"
-    if p.ranks != 'auto': return saved
-    if 'one' in saved: return saved['one']
-    each = saved['each']
-    if rank() == len(each):   # the first rank without a state of its own says it
-        print(f"ddpsafe: part {p.name!r} was saved by {len(each)} ranks, each with a state of its own; "
-              f"ranks {len(each)} and up take the state of rank (their rank modulo {len(each)})")
-    return each[rank() % len(each)]
-
-@patch
-def load(self:TrainingState,
-         ck,             # The checkpoint folder, for errors
-         read,           # `read(file, **kwargs)`: a file of the checkpoint, read on every rank
-         saved:list,     # The names of the parts the checkpoint holds
-         present,        # The names of its files
-         skip=(),        # Names of parts to leave as they are
-         index=None,     # Its shard index, when it is in shards (`read_shard_index`)
-         read_files:dict|None=None): # Files read already
-    "Load every part that checkpoint `ck` holds, except `skip`"
-    cache = dict(read_files or {})
-    def contents(p):
-        if p.file not in cache: cache[p.file] = read(p.file, **getattr(p, 'read_kwargs', {}))
-        return cache[p.file] if p.whole or p.header else cache[p.file][p.key]
-    for p in self:
-        if p.name in skip or (p.name not in saved and not p.header): continue   # every checkpoint holds the header
-        p.source = ck/p.file          # a local `Path`, or a URL's
-        if index is not None and callable(getattr(p, 'load_shards', None)):
-            p.load_shards(contents(p) if p.file in present else None, ck, index); continue
-        fitting(p, lambda: p.load_state_dict(own_state(p, contents(p))))
-        if p.whole: cache.pop(p.file, None)   # the weights: let them go once they are in the model
-
-# %% ../nbs/07b_parts.ipynb #7b000033
-def check_parts(ck,                 # The checkpoint, for messages
-                saved:list|None,    # The parts it holds (`state.pt`'s `parts`); `None`: written before they were named
-                state:TrainingState,# This run's
-                accept=()):         # Changes accepted: 'parts' among them?
-    "Refuse, or say, the parts `ck` lacks or holds beyond this run"
-    held = list(LEGACY_PARTS) if saved is None else list(saved)
-    lacking, unused = [n for n in state.names if n not in held], [n for n in held if n not in state.names]
-    if required := [n for n in lacking if state[n].when_missing == 'refuse']:
-        raise CheckpointMismatch(f'{ck} does not hold {", ".join(required)}, which a resume needs: it is not a checkpoint of this run')
-    if not (lacking or unused): return
-    def said(lacks, holds): return '; '.join(w for w in (f'it lacks {", ".join(lacks)}' if lacks else '', f'it holds {", ".join(holds)}, which this run does not have' if holds else '') if w)
-    asked = [n for n in lacking if state[n].when_missing != 'keep']    # the parts of yours: 'ask'
-    if saved is not None and (asked or unused) and 'parts' not in accept:
-        raise CheckpointMismatch(f'{ck} holds other parts of the training state than this run: {said(asked, unused)}. Resuming would not continue the run '
-                                 "that saved it. To go on anyway, pass `CheckpointCallback(accept_changes='parts')`; to start afresh, use another `path` or `resume=False`")
-    if is_main():
-        why = ('was written before ddpsafe named the parts it saves' if saved is None else 'holds other parts than this run, as you accepted' if asked or unused
-               else 'has no state for some parts of this run')
-        print(f"ddpsafe: resuming {ck}, which {why}: {said(lacking, unused)}. " + (f"{', '.join(lacking)} start{'s'*(len(lacking)==1)} from this run's own state" if lacking else 'those are not loaded'))

@@ -7,7 +7,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/patching.html.md"""
 # %% ../nbs/00b_patching.ipynb #e8f736e9
 from __future__ import annotations
 import sys, importlib.abc, importlib.util
-from .core import _stands_for
+from .watch import _stands_for
 
 # %% auto #0
 __all__ = ['fastai_stock', 'fastai_patches', 'patch_fastai']

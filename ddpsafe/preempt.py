@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 import torch, torch.distributed as dist
 from .core import *
+from .ranks import *
 from .patching import fastai_stock, patch_fastai
 from .commit import storage_for, as_path
 

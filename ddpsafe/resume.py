@@ -13,14 +13,14 @@ import numpy as np, torch
 from fastai.learner import Learner
 from fastai.optimizer import OptimWrapper
 from fastai.torch_core import get_model
-from .core import *
+from .ranks import *
 from .io import safe_load, UnsafePickleError
 from .commit import storage_for, as_path
 from .manifest import *
 from .learner import fastai_safe_globals, CheckpointMismatch
-from .core import loaded_class
+from .ranks import loaded_class
 from .manifest import uncompiled_key
-from .parts import LEGACY_PARTS, check_parts
+from .training_state import LEGACY_PARTS, check_parts
 
 # %% auto #0
 __all__ = ['setup_signature', 'choose_checkpoint', 'read_checkpoint_file', 'restore']

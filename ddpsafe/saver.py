@@ -13,6 +13,7 @@ from functools import partial
 from pathlib import Path
 from fastcore.basics import patch, store_attr
 from .core import *
+from .ranks import *
 from .commit import storage_for
 from .io import prepare_dir
 from .owner import claim_checkpoints

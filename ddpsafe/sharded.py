@@ -9,8 +9,9 @@ from __future__ import annotations
 import torch, torch.distributed as dist
 from fastai.torch_core import get_model
 from .core import *
+from .ranks import *
 from .snapshot import map_tensors
-from .core import is_dtensor, loaded_class
+from .ranks import is_dtensor, loaded_class
 
 # %% auto #0
 __all__ = ['is_sharded', 'full_weights', 'full_optimizer_state', 'fill_placeholders', 'write_shards', 'read_shard_index',

@@ -12,12 +12,13 @@ from fastcore.basics import patch
 from fastai.learner import Learner
 from fastai.torch_core import get_model
 from .core import *
+from .ranks import *
 from .manifest import *
 from .snapshot import map_tensors
 from .sharded import SHARD_PLACEHOLDER, fill_placeholders, read_shards, read_shard_index, fit_problems, dcp_error, _failures
 from .learner import CheckpointMismatch
 from .parts import ModelState, OptimizerState, _tied
-from .core import is_dtensor
+from .ranks import is_dtensor
 from .manifest import uncompiled_key
 
 # %% auto #0

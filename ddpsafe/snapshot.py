@@ -8,7 +8,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/snapshot.html.md"""
 from __future__ import annotations
 import os, sys, math, time, queue, threading, contextlib
 import torch
-from .core import is_dtensor
+from .ranks import is_dtensor
 
 # %% auto #0
 __all__ = ['StateBuffers', 'lower_priority', 'AsyncWriter', 'Tier']

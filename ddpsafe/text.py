@@ -10,7 +10,7 @@ import sys
 import torch
 from fastcore.foundation import L
 from fastai.torch_core import get_model, one_param
-from .core import CheckpointMismatch, rank
+from .ranks import CheckpointMismatch, rank
 from .patching import fastai_stock, patch_fastai
 from .parts import Part, register_part
 

@@ -86,7 +86,7 @@ from fastai.callback.progress import ProgressCallback
 from fastai.distributed import *
 from ddpsafe.all import *
 from ddpsafe.testing import synth_learner
-from ddpsafe.parts import state_digest
+from ddpsafe.training_state import state_digest
 learn = synth_learner(path=sys.argv[2], n=256)
 learn.remove_cb(ProgressCallback)
 with learn.distrib_ctx():

@@ -16,9 +16,14 @@ def test_no_import_cycle():
     assert 'core' in g and 'checkpoint' in g and fl['demo'] == max(fl.values())
     assert cycles == [], f'import cycles between ddpsafe modules: {cycles}'
     assert up == [], f'modules importing one not below them: {up}'
-    assert not {'learner', 'preempt'} & set(g['parts']), f"parts imports {set(g['parts'])}: errors live where they are raised (core)"
+    for m in ('training_state', 'parts'):
+        assert not {'learner', 'preempt'} & set(g[m]), f"{m} imports {set(g[m])}: errors live where they are raised (ranks)"
     chain = structure.longest_chain(g, fl)
-    assert len(chain) <= 7, f"a chain of {len(chain)} imports between ddpsafe's modules (at most 7): {' -> '.join(chain)}"
+    # 9, where issue 58 allowed 8: `core` split into three floors, not two (ranks <- watch <- core: the heartbeat needs the
+    # ranks, the collectives the heartbeat). The longest chain, demo -> checkpoint -> text -> parts -> sharded -> io -> core
+    # -> watch -> ranks, would be 8 only by moving io's `UnsafePickleError` and `_zip_crc` (which `sharded` imports) out of
+    # their home: the measure gives way to the design here
+    assert len(chain) <= 9, f"a chain of {len(chain)} imports between ddpsafe's modules (at most 9): {' -> '.join(chain)}"
 
 def test_the_check_sees_a_cycle(tmp_path):
     (tmp_path/'a.py').write_text('from .b import x\n')
@@ -38,8 +43,9 @@ def test_walk_of_a_save():
     assert s['path_modules'][:2] == ['checkpoint', 'saver'] and 'manifest' in s['path_modules'], s['path_modules']
     assert 'upload' not in s['modules_entered'], f"a local save without a second tier enters upload: {s['modules_entered']}"
     # the whole save, not the stack at the rename: a path with "no return" was once bought with two more broadcasts a save
-    assert s['collectives'] == ['parts->all_ranks', 'saver->on_main'], f"a synchronous save makes these collectives: {s['collectives']}"
-    assert s['n_modules_entered'] <= 12, f"a synchronous save enters {s['n_modules_entered']} modules: {s['modules_entered']}"
+    assert s['collectives'] == ['training_state->all_ranks', 'saver->on_main'], f"a synchronous save makes these collectives: {s['collectives']}"
+    # 14: the 12 it entered before `core` and `parts` were split, and the same calls now in `ranks` and `training_state`
+    assert s['n_modules_entered'] <= 14, f"a synchronous save enters {s['n_modules_entered']} modules: {s['modules_entered']}"
     assert walk._returns(['a', 'b', 'a', 'c', 'c', 'b']) == ['a', 'b']
 
 def _part_makers(imports:str) -> list:
@@ -87,10 +93,12 @@ def test_the_check_sees_an_idle_star_import(tmp_path):
 EXPORTED_CAP = 200
 
 def test_exported_names():
-    "At most 200 names in the modules' `__all__`: what users call and what the pages document, not the helpers modules share"
+    """At most 200 names in the modules' `__all__`: what users call and what the pages document, not the helpers modules share.
+    A name is counted once: a module that gives its floor's names too (`from ddpsafe.core import *` gives `rank`, defined
+    in `ddpsafe.ranks`, as it did before the split) adds no name"""
     names = structure.exported(structure.modules(ROOT/'ddpsafe'))
-    n = sum(map(len, names.values()))
-    assert 'CheckpointCallback' in names['checkpoint'] and 'rank' in names['core'], names
+    n = len(set().union(*names.values()))
+    assert 'CheckpointCallback' in names['checkpoint'] and 'rank' in names['ranks'] and 'agree' in names['core'], names
     assert n <= EXPORTED_CAP, f'{n} exported names (at most {EXPORTED_CAP}): ' + ', '.join(f'{m} {len(v)}' for m, v in names.items())
 
 def test_api_names_exported():
@@ -103,11 +111,15 @@ def test_api_names_exported():
               'write_checkpoint', 'commit_file', 'Saver', 'fit_saver', 'DistTimeout', 'CorruptCheckpoint'):
         assert n in given, f'ddpsafe.all no longer gives {n}'
 
-MODULE_CAP = 400
-OVER_CAP = dict(core=631, parts=556)   # not split yet: each may shrink, never grow; split, it leaves this list
+MODULE_CAP, GROUND_CAP = 400, 350
+GROUND = ('ranks', 'watch', 'core')   # the ground floor: who the ranks are, how a rank is watched, how the ranks agree
 
 def test_module_sizes():
-    "No module of ddpsafe over 400 lines, but the two not split yet, which may not grow"
+    "No module of ddpsafe over 400 lines; none of the ground floor (`ranks`, `watch`, `core`: what 0.3.0's `core` held) over 350"
     sizes = {p.stem: len(p.read_text().splitlines()) for p in (ROOT/'ddpsafe').glob('*.py') if p.name != '_modidx.py'}
-    over = {m: n for m, n in sizes.items() if n > OVER_CAP.get(m, MODULE_CAP)}
-    assert over == {}, f'modules over their cap ({MODULE_CAP} lines; {OVER_CAP} for those not split yet): {over}'
+    over = {m: n for m, n in sizes.items() if n > MODULE_CAP}
+    assert over == {}, f'modules over {MODULE_CAP} lines: {over}'
+    g, fl, _, _ = floors_of(ROOT/'ddpsafe')
+    assert [fl[m] for m in GROUND] == sorted(fl[m] for m in GROUND) and not g['ranks'], {m: g[m] for m in GROUND}
+    over = {m: sizes[m] for m in GROUND if sizes[m] > GROUND_CAP}
+    assert over == {}, f'modules of the ground floor over {GROUND_CAP} lines: {over}'
