@@ -378,13 +378,15 @@ def load_dls(file,                # A file written by `DataLoaders.save`
 import fcntl
 @contextmanager
 def folder_lock(folder:str): # A local folder: torch.hub's cache
-    "Hold an exclusive `flock` on `folder`, shared by every process of the node; none where the filesystem refuses one"
-    fd = os.open(folder, os.O_RDONLY)
+    "Hold an exclusive `flock` on `folder`, shared by every process of the node; none where it cannot be opened or locked"
+    try: fd = os.open(folder, os.O_RDONLY)
+    except OSError: fd = None   # no such folder: torch's own download says so
     try:
-        try: fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError: pass    # a filesystem without locks (some network mounts): the download goes on as torch's
-        yield
-    finally: os.close(fd)       # and the lock with it
+        if fd is not None: fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError: pass        # a filesystem without locks (some network mounts): the download goes on as torch's
+    try: yield
+    finally:
+        if fd is not None: os.close(fd)   # and the lock with it
 
 @patch_fastai('torch.hub', 'download_url_to_file')
 def download_url_to_file(url:str,               # What to download
@@ -392,7 +394,7 @@ def download_url_to_file(url:str,               # What to download
                          hash_prefix=None,      # As torch's: the start of the file's sha256, checked
                          progress:bool=True):   # As torch's: show a progress bar
     "torch's download, one process of a node at a time: one that waited finds the file another wrote, and downloads nothing"
-    existed = os.path.exists(dst)
-    with folder_lock(os.path.dirname(os.path.abspath(dst)) or '.'):
-        if not existed and os.path.exists(dst): return    # downloaded by another rank of this node while this one waited
+    path = os.path.expanduser(dst); existed = os.path.exists(path)
+    with folder_lock(os.path.dirname(os.path.abspath(path))):
+        if not existed and os.path.exists(path): return    # downloaded by another rank of this node while this one waited
         fastai_stock['download_url_to_file'](url, dst, hash_prefix, progress)
