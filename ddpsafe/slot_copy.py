@@ -13,7 +13,7 @@ from fastcore.basics import patch
 from .io import _safetensors_header
 from .core import on_main
 from .commit import temporaries, storage_for
-from .slots import make_slot, seal, unseal, read_seal, aligned, slots_home, SLOT_DATA
+from .slots import make_slot, seal, unseal, read_seal, aligned, slots_home, SLOT_DATA, WriterStalled
 from .slots import SlotWriter, WriterGone, persist_slot, wait_previous_writer, _ended
 
 # %% auto #0
@@ -276,12 +276,14 @@ def poll(self:SlotPipe, timeout:float|None=0):
 def _gone(self:SlotPipe, e):
     "The writer died: named (pid, how, the step it held), that step committed here from its sealed slot; synchronous from now on"
     w, job, self.writer, self.job = self.writer, self.job, None, None
+    if isinstance(e, WriterStalled): w.proc.kill()          # alive, stuck: ended, and its slot written here
     rc = w.proc.poll()
     if rc is None:
         with contextlib.suppress(Exception): rc = w.proc.wait(5)
     for f in (w.proc.stdin, w.proc.stdout):
         with contextlib.suppress(Exception): f.close()
-    how = _ended(rc) if rc is not None else f'stopped answering ({e})'
+    how = (f'wrote nothing for {w.stall:g} s (stopped, or its disk does not answer) and was ended' if isinstance(e, WriterStalled)
+           else _ended(rc) if rc is not None else f'stopped answering ({e})')
     lost = f' while it wrote step {job["step"]}' if job else ''
     self.notes.append(f'ddpsafe: the checkpoint writer process (pid {w.pid}) {how}{lost}; nothing already committed is lost'
                       + (f', and step {job["step"]}, still sealed in {job["slot"]}, is committed by the trainer now' if job else '')

@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/slots.html.md"""
 
 # %% ../nbs/07h_slots.ipynb #e0ada34e
 from __future__ import annotations
-import io, os, sys, json, mmap, time, uuid, errno, base64, select, shutil, signal, struct, operator, tempfile, contextlib, subprocess
+import io, os, sys, json, mmap, time, uuid, errno, base64, select, shutil, signal, struct, operator, tempfile, contextlib, subprocess, threading
 from pathlib import Path
 import ddpsafe
 from .commit import FileWriter
@@ -108,10 +108,11 @@ def _zip_end(count:int, at:int, size:int) -> bytes:
     return end64 + loc + struct.pack('<IHHHHIIH', 0x06054b50, 0, 0, min(count, 0xFFFF), min(count, 0xFFFF), min(size, _FULL), min(at, _FULL), 0)
 
 CHUNK = 1 << 26   # a write at a time from a slot: the hash advances with it
+WRITTEN = [0]     # bytes this process has written from slots: what its beats report
 
 def _write_view(f, view):
     "Write `view` to `f`, a chunk at a time"
-    for a in range(0, len(view), CHUNK): f.write(view[a:a+CHUNK])
+    for a in range(0, len(view), CHUNK): f.write(chunk := view[a:a+CHUNK]); WRITTEN[0] += len(chunk)
 
 def write_torch_zip(f, records:list, archive:str='archive'):
     "Write to `f` the zip `torch.save` makes, of `records`: (name, bytes or memoryview), in order"
@@ -187,20 +188,44 @@ def slot_file(slot:Path, name:str) -> bytes:
     return out.getvalue()
 
 # %% ../nbs/07h_slots.ipynb #40e24b4f
-def serve(jobs=None, replies=None, nice:int=19):
+BEAT = 1.   # Seconds between the writer's beats while it works: the bytes it has written so far
+
+def _say(replies, lock, **line):
+    "One JSON line to `replies`, whole"
+    with lock: replies.write(json.dumps(line).encode() + b'\n'); replies.flush()
+
+def _beat(replies, lock, working:threading.Event, every:float):
+    "While a job runs, every `every` seconds: how many bytes have been written (the trainer's proof of progress)"
+    while True:
+        time.sleep(every)
+        if working.is_set(): _say(replies, lock, beat=WRITTEN[0])
+
+def serve(jobs=None, replies=None, nice:int=19, beat:float=BEAT):
     "The writer process's loop: a job a line from `jobs` (stdin), persisted; a reply a line to `replies` (stdout); ends at the end of `jobs`"
     with contextlib.suppress(OSError): os.nice(nice)
     if replies is None: replies = os.fdopen(os.dup(1), 'wb'); os.dup2(2, 1)    # the replies' pipe is this loop's alone
+    lock, working = threading.Lock(), threading.Event()
+    threading.Thread(target=_beat, args=(replies, lock, working, beat), daemon=True).start()
     for line in (jobs or sys.stdin.buffer):
         if not line.strip(): continue
         job, began = json.loads(line), time.monotonic()
+        working.set()
         try: reply = dict(ok=True, path=str(persist_slot(job['slot'], job['root'], job.get('keep', 3), job.get('comp'), job.get('fit_ends', True), job.get('step'), job.get('also', ()))))
         except Exception as e: reply = dict(ok=False, error=f'{type(e).__name__}: {e}', errno=getattr(e, 'errno', None))
-        replies.write(json.dumps(dict(reply, id=job['id'], step=job.get('step'), seconds=time.monotonic()-began)).encode() + b'\n'); replies.flush()
+        finally: working.clear()
+        _say(replies, lock, **reply, id=job['id'], step=job.get('step'), seconds=time.monotonic()-began)
 
 # %% ../nbs/07h_slots.ipynb #f582e789
 class WriterGone(OSError):
     "The writer process ended with jobs in hand"
+
+class WriterStalled(WriterGone):
+    "The writer process, alive, wrote nothing for too long with a job in hand"
+
+def writer_stall(seconds:float|None=None # Seconds; `None` for the default
+                ) -> float:
+    "How long a writer may write nothing with a job in hand: `seconds`, else `DDPSAFE_WRITER_STALL`, else 300"
+    return float(seconds if seconds is not None else os.environ.get('DDPSAFE_WRITER_STALL', 300))
 
 def _ended(rc:int) -> str:
     "How a process that returned `rc` ended, in words"
@@ -210,7 +235,11 @@ def _ended(rc:int) -> str:
 
 class SlotWriter:
     "A rank's writer process: persists sealed slots in the background, one at a time, in order"
-    def __init__(self, nice:int=19, **popen_kwargs): self.nice,self.popen_kwargs,self.proc,self.pending,self.next_id,self.buf = nice,popen_kwargs,None,{},0,b''
+    def __init__(self, nice:int=19,          # The process's priority
+                 stall:float|None=None,      # Seconds it may write nothing with a job in hand (`writer_stall`)
+                 **popen_kwargs):
+        self.nice,self.popen_kwargs,self.stall = nice,popen_kwargs,writer_stall(stall)
+        self.proc,self.pending,self.next_id,self.buf,self.written,self.moved = None,{},0,b'',None,time.monotonic()
     def start(self, folder:Path|None=None): # The rank's slots folder: the writer's pid is recorded there, for the next launch
         "Start the process"
         here = str(Path(ddpsafe.__file__).resolve().parent.parent)   # this ddpsafe, first
@@ -230,11 +259,18 @@ class SlotWriter:
         steps = ', '.join(str(j['step']) for j in self.pending.values())
         raise WriterGone(errno.EPIPE, f'ddpsafe: the checkpoint writer process (pid {self.proc.pid}) {_ended(self.proc.returncode)} before it committed '
                          f'step {steps}: not committed, earlier checkpoints are unchanged; the slot is still sealed in memory')
+    def _stalled(self):
+        "Raise `WriterStalled` if the process, alive, has written nothing for `stall` seconds with jobs in hand"
+        if not self.pending or (quiet := time.monotonic() - self.moved) < self.stall: return
+        steps = ', '.join(str(j['step']) for j in self.pending.values())
+        raise WriterStalled(errno.ETIMEDOUT, f'ddpsafe: the checkpoint writer process (pid {self.proc.pid}) wrote nothing for {quiet:.0f} s with step {steps} in hand '
+                            f'(stopped, or its disk does not answer; DDPSAFE_WRITER_STALL={self.stall:g} s)')
     def submit(self, slot:Path, root, step:int, keep:int=3, comp:str|None=None, fit_ends:bool=True, also=()) -> int:
         "Hand sealed `slot` (checkpoint `step`) to the writer; the job's id"
         if self.proc is None: self.start()
         self.next_id += 1
         job = dict(id=self.next_id, slot=str(slot), step=step, root=str(root), keep=keep, comp=comp, fit_ends=fit_ends, also=[str(p) for p in also])
+        if not self.pending: self.moved = time.monotonic()   # the stall clock runs from here
         self.pending[job['id']] = job
         try: self.proc.stdin.write(json.dumps(job).encode() + b'\n'); self.proc.stdin.flush()
         except (BrokenPipeError, OSError): self.proc.wait(5); self._gone(); raise
@@ -250,7 +286,11 @@ class SlotWriter:
             self.buf += chunk
             while b'\n' in self.buf:
                 line, self.buf = self.buf.split(b'\n', 1)
-                r = json.loads(line); r['job'] = self.pending.pop(r['id'], None); out.append(r)
+                r = json.loads(line)
+                if 'beat' in r:
+                    if r['beat'] != self.written: self.written, self.moved = r['beat'], time.monotonic()
+                    continue
+                r['job'] = self.pending.pop(r['id'], None); out.append(r); self.moved = time.monotonic()
             if out: break
         return out
     def wait(self, timeout:float|None=None) -> list:
@@ -261,7 +301,7 @@ class SlotWriter:
             if left <= 0: raise TimeoutError(f'ddpsafe: the checkpoint writer process (pid {self.pid}) has not committed step '
                                              f'{", ".join(str(j["step"]) for j in self.pending.values())} within {timeout:g} s')
             out += self.poll(min(left, 1.))
-            self._gone()
+            self._gone(); self._stalled()
         return out
     def close(self, timeout:float|None=None) -> list:
         "Let the writer finish its jobs and exit; their replies"

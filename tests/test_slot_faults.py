@@ -49,13 +49,19 @@ def writer_pid(folder:Path, l:Launch, timeout:float=60) -> int:
 
 def disk_saves(l:Launch) -> list: return [int(s) for s, why in l.saves(0) if why == 'steps']
 
+HOW = {'killed': r'was killed by SIGKILL \(out of memory, or killed by hand\)',
+       'stopped': r'wrote nothing for 3 s \(stopped, or its disk does not answer\) and was ended'}
+
 @needs_torchrun
 @pytest.mark.timeout(480)
-def test_writer_killed_mid_write(tools, tmp_root):
-    "SIGKILL to the writer process while it holds a disk save: named on both ranks, the fit ends with synchronous saves, nothing lost"
+@pytest.mark.parametrize('fault', ['killed', 'stopped'])
+def test_writer_killed_mid_write(tools, tmp_root, fault):
+    """The writer process SIGKILLed, or SIGSTOPped and left so (alive, writing nothing), while it holds a disk save: named on
+    both ranks, the fit ends with synchronous saves, nothing lost"""
     base = baseline(tools, tmp_root)
-    run = tmp_root/'writer-killed'; mem = run/'mem'
-    l = Launch(torchrun_cmd(*C10D) + train_args(run, '--async-save', '--memory-every-steps', '1', '--memory-path', str(mem)), run, tools, 'writer-killed', **C10D_ENV)
+    run = tmp_root/f'writer-{fault}'; mem = run/'mem'
+    l = Launch(torchrun_cmd(*C10D) + train_args(run, '--async-save', '--memory-every-steps', '1', '--memory-path', str(mem)), run, tools, f'writer-{fault}',
+               DDPSAFE_WRITER_STALL=3, **C10D_ENV)
     pid = writer_pid(mem/'rank-0', l)
     held, seen = None, 0
     while held is None:                                  # stopped just after a disk save was handed over, and before it landed: killed
@@ -66,13 +72,13 @@ def test_writer_killed_mid_write(tools, tmp_root):
         seen, step = len(disk_saves(l)), disk_saves(l)[-1]
         if (run/'checkpoints'/checkpoint_name(step)).exists(): os.kill(pid, signal.SIGCONT)   # committed already: the next one
         else: held = step
-    os.kill(pid, signal.SIGKILL)
+    if fault == 'killed': os.kill(pid, signal.SIGKILL)
     code = l.wait(240)
     out = l.output()
-    named = re.findall(rf'ddpsafe: the checkpoint writer process \(pid {pid}\) was killed by SIGKILL \(out of memory, or killed by hand\) while it wrote step (\d+); '
+    named = re.findall(rf'ddpsafe: the checkpoint writer process \(pid {pid}\) {HOW[fault]} while it wrote step (\d+); '
                        rf'nothing already committed is lost, and step \1, still sealed in \S+, is committed by the trainer now: the rest of this fit saves synchronously', out)
     kept = checkpoints(run/'checkpoints')
-    report(launch='torchrun, writer SIGKILLed with a save in hand', writer=pid, held=held, named=named, exit=code, kept=[p.name for p in kept], seconds=l.seconds)
+    report(launch=f'torchrun, writer {fault} with a save in hand', writer=pid, held=held, named=named, exit=code, kept=[p.name for p in kept], seconds=l.seconds)
     assert code == 0, f'torchrun exited {code}\n{out[-5000:]}'
     assert [x and x['code'] for x in l.results()] == [0, 0], l.results()
     assert named == [str(held)]*2, f'the writer\'s death was not named once on each of the 2 ranks (step {held}): {named}\n{out[-5000:]}'
