@@ -62,7 +62,7 @@ class CheckpointCallback(TrainingCallback):
                  upload_wait:float=60., # With `local`: after a stop by signal, wait this many seconds at most for the upload
                  memory_every_steps:int|None=None, # Also save every this many optimizer steps to the memory tier, in node-local RAM; `None`: no memory tier
                  memory_path:str|None=None, # The memory tier's folder (relative to `learn.path`); `None`: one of this run's own in /dev/shm
-                 memory_keep:int=2, # The memory tier keeps its newest this many checkpoints
+                 memory_keep:int=2, # Slots in the memory tier (2 at least): its newest this many checkpoints, less one a disk write holds
                  resume:bool|int|str=True, # True: from the newest complete checkpoint in `path`; False: afresh; a step or a checkpoint folder: from that one
                  accept_changes=(), # What a resume may find changed on purpose: any of 'model', 'optimizer', 'fit', 'parts'
                  extra:dict|None=None): # Objects of yours to save with every checkpoint, by name: anything with `state_dict()` and `load_state_dict()`
