@@ -1,26 +1,17 @@
-"""How much a background checkpoint write slows the training steps that run beside it, in one run.
+"""How much a background checkpoint write slows bare torch training steps beside it (a CPU MLP step, no fastai): steps alone
+(A) and while one save of a `--size` MB state is written (B), alternately; the ratio of B's median step to A's, paired per
+repetition. `--mode thread`: ddpsafe's `AsyncWriter` thread; `--mode process`: a forked child (the same write without
+the GIL). Method: the benchmarks page, "Training beside a background write".
 
-    python bench/async_step_bench.py                        # a 500 MB state, 5 paired repetitions
-    python bench/async_step_bench.py --size 100 --reps 3    # shorter
-
-The training is a CPU MLP step (forward, backward, Adam) of about 10-50 ms, with torch's default threads. The
-checkpoint is `CheckpointCallback`'s asynchronous path without the learner: `StateBuffers.copy` of a model and Adam
-state of `--size` MB (outside the timed steps), then `write_checkpoint` of `checkpoint_writers` on an `AsyncWriter`'s
-thread (`--mode thread`, what ddpsafe does), or in a forked child process (`--mode process`: the same
-write without the GIL, to tell the GIL from CPU and page-cache contention). The writer runs at niceness `--nice`
-(19 by default, as `AsyncWriter` runs it; -1 for the process's own). Each repetition times steps with no save in flight (A), then the steps that run while one save is written (B),
-alternately A, B, A, B..., so that the machine's drift hits both; the ratio is B's median step time over A's, per
-repetition (paired), then the median over repetitions. Goal (issue "Proof of speed"): <= 1.05.
-
-Results: `bench/results/async_step_<mode>_<n>threads.json`."""
+    python bench/async_step_bench.py --mode thread --threads 1 --reps 9   # -> results/async_step_thread_1threads.json
+    python bench/async_step_bench.py --mode process --threads 2           # -> results/async_step_process_2threads.json"""
 from __future__ import annotations
-import os, sys, json, time, argparse, platform, datetime, statistics, tempfile, shutil
+import os, sys, time, argparse, platform, statistics, tempfile, shutil
 from pathlib import Path
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from checkpoint_bench import make_state, load, wait_quiet, trim   # the same state and machine facts as the save benchmark
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import HERE, make_state, load, wait_quiet, trim, write_json, now
 
 def trainer(width:int=1024, batch:int=256):
     "A training step of an MLP: forward, backward, Adam"
@@ -100,15 +91,13 @@ def main():
         print(f"rep {r+1}/{a.reps}: step {rep['baseline_median']*1e3:.1f} ms alone, {rep['during_median']*1e3:.1f} ms during a "
               f"{a.size} MB write ({len(during)} steps, {write_s:.2f} s): x{rep['ratio']:.2f}", flush=True)
     ratios = [r['ratio'] for r in reps]
-    summary = dict(min=min(ratios), median=statistics.median(ratios), max=max(ratios), goal='<= 1.05',
-                   met=statistics.median(ratios) <= 1.05)
+    summary = dict(min=min(ratios), median=statistics.median(ratios), max=max(ratios), goal='<= 1.05', met=statistics.median(ratios) <= 1.05)
     print(f"{a.mode}, {torch.get_num_threads()} training threads: step time during a background write / alone: min {summary['min']:.2f}, median {summary['median']:.2f}, "
           f"max {summary['max']:.2f} (goal <= 1.05: {'met' if summary['met'] else 'MISSED'})")
-    out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
-    res = dict(date=datetime.datetime.now().isoformat(timespec='seconds'), command=' '.join(sys.argv),
+    res = dict(date=now(), command=' '.join(sys.argv),
                machine=dict(platform=platform.platform(), cpus=os.cpu_count(), torch=torch.__version__, threads=torch.get_num_threads()),
                size_mb=a.size, mode=a.mode, writer_nice=nice, reps=reps, summary=summary)
-    (out/f'async_step_{a.mode}_{torch.get_num_threads()}threads.json').write_text(json.dumps(res, indent=1))
+    write_json(Path(a.out)/f'async_step_{a.mode}_{torch.get_num_threads()}threads.json', res)
     if a.dir is None: shutil.rmtree(folder, ignore_errors=True)
 
 if __name__ == '__main__': main()

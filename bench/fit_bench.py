@@ -1,56 +1,24 @@
 """A real fastai fit with `CheckpointCallback` against the same fit without it, in one run (issue 51, item 1).
 
-    python bench/fit_bench.py                  # CPU: 8 Linear layers 2048 wide + Adam (0.4 GB of state), 1 torch thread,
-                                               #      40 steps, a save every 10, 3 repetitions (about 5 minutes on 2 cores)
-    python bench/fit_bench.py --gpu            # one GPU: 1.7 GB and 4 GB of state, steps of about 50 ms, 100 steps,
-                                               #      a save every 25, 3 repetitions, planned within --budget (300 s)
-    python bench/fit_bench.py --cpu-smoke --out X.json   # every path in seconds: checks the code and the JSON, not speed
-    python bench/fit_bench.py --thread         # the batches collated by the training thread itself (no workers), where
-                                               #      a background thread holding the GIL shows; --host: by 4 workers
+    python bench/fit_bench.py --reps 3                    # CPU, 0.4 GB of state, 40 steps, a save every 10 -> results/fit_cpu.json
+    python bench/fit_bench.py --gpu                       # one GPU: 1.7 GB (and 4 GB with --big), 100 steps -> results/fit_gpu.json
+    python bench/fit_bench.py --cpu-smoke --out X.json    # every path in seconds: checks the code and the JSON, not speed
 
-Each fit is `Learner.fit(1)` of an MLP (`--depth` Linear layers `--width` wide, ReLU between, fastai's Adam) over plain
-torch DataLoaders whose batches already lie on the device, with the Recorder on and no progress bar. Modes:
-`none` (no callback: the baseline, run `--baselines` times per repetition), `async` (`CheckpointCallback(every_steps=K,
-async_save=True)`), `memory` (`memory_every_steps=K`, the disk only at the fit's end) and `sync` (`every_steps=K`).
-Every step is timed by a callback that runs after `CheckpointCallback` (order 66), from one `after_batch` to the next,
-with the device synchronized, so a step holds what training waits for: the batch, the save at that step, the Python of
-every callback. Within a repetition the modes run in an order rotated by one each repetition (alternating), and each
-ratio is taken to the baseline of the same repetition (the median of its baseline fits); the summary gives the median and
-the range over repetitions. The GIL probe (`gil_probe.py`) runs beside every fit.
-
-Per fit: `train_s` (first step to last), `fit_s` (`Learner.fit` whole: with the validation and the save of the fit's end),
-`step_ms` (median step, saves excluded), `save_ms` (each save step), `beside_ms` (median of the steps that began while a
-background write was in flight), `copy_ms` (a `StateBuffers.copy` of the state into reused buffers: pinned host memory on
-CUDA, the floor of any blocking snapshot), `probe_ms` (longest late wake of the probe: over the whole fit, and beside a
-write). Never run on a GPU by its author (2026-11, CPU only): the `--gpu` sizes follow the issue's measurements."""
+`Learner.fit(1)` of an MLP (`--depth` Linear layers `--width` wide, fastai's Adam) over batches already on the device
+(`--host`: rows collated by workers; `--thread`: by the training thread). Modes: `none` (the baseline, `--baselines` fits
+a repetition), `async`, `memory`, `sync`; the modes alternate (rotated each repetition), ratios are to the same
+repetition's baselines, then median and range. Per fit: `train_s`, `fit_s`, `step_ms` (median, saves excluded), `save_ms`,
+`beside_ms` (steps begun while a write was in flight), `copy_ms` (`StateBuffers.copy`, the floor of a blocking snapshot),
+`probe_ms` (the GIL probe's longest late wake). Method: the benchmarks page, "A fastai fit with checkpoints"."""
 from __future__ import annotations
-import gc, os, sys, json, time, argparse, platform, datetime, statistics, tempfile, shutil, contextlib, io
+import gc, sys, json, time, argparse, statistics, tempfile, shutil, contextlib, io
 from pathlib import Path
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from gil_probe import GILProbe
-from checkpoint_bench import load as machine_load
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import HERE, GILProbe, load as machine_load, sync, device_facts, command, rotated, spread, write_json, now
 
 MODES = ('none', 'async', 'memory', 'sync')
-
-def drop_dir(args:list) -> list:
-    "The command's arguments without `--dir X`: a temporary folder of the machine it ran on"
-    out, skip = [], False
-    for x in args:
-        if skip: skip = False
-        elif x == '--dir': skip = True
-        elif not x.startswith('--dir='): out.append(x)
-    return out
-
-def device_facts(device) -> dict:
-    if device.type != 'cuda': return dict(type='cpu', name=platform.processor() or platform.machine(), cpus=os.cpu_count(), threads=torch.get_num_threads())
-    p = torch.cuda.get_device_properties(device)
-    return dict(type='cuda', name=p.name, memory_gb=round(p.total_memory/2**30, 1), cuda=torch.version.cuda, cpus=os.cpu_count())
-
-def sync(device):
-    if device.type == 'cuda': torch.cuda.synchronize(device)
 
 class Batches(torch.utils.data.Dataset):
     "`n` batches of `x`, `y`, sliced whole on the device (no per-item work)"
@@ -147,10 +115,7 @@ def ratios(rep:list) -> dict:
 
 def summary(reps:list) -> dict:
     "Median and range over repetitions of each ratio"
-    def mr(xs):
-        xs = [x for x in xs if x is not None]
-        return dict(median=statistics.median(xs), min=min(xs), max=max(xs), n=len(xs)) if xs else None
-    rs = [ratios(r) for r in reps]
+    mr, rs = spread, [ratios(r) for r in reps]
     out = {m: {k: mr([r[m][k] for r in rs if m in r]) for k in ('fit', 'train', 'step', 'beside')} for m in MODES[1:] if any(m in r for r in rs)}
     for m in out: out[m]['save_over_copy'] = mr([x for r in rs if m in r for x in r[m]['save_over_copy']])
     out['baseline_spread'] = mr([r['baseline_spread'] for r in rs])
@@ -185,7 +150,7 @@ def main(argv=None):
     out = Path(a.out or HERE/'results'/f'fit_{"gpu" if a.gpu else "cpu"}{"_host" if a.host else "_thread" if a.thread else ""}.json')
     sizes = [(a.width, a.depth, a.batch)] + ([(4096, 20, 1024)] if a.gpu and a.big else [])
     modes = ['none']*a.baselines + a.modes.split(',')
-    res = dict(date=datetime.datetime.now().isoformat(timespec='seconds'), command=' '.join(['bench/fit_bench.py'] + drop_dir(argv or sys.argv[1:])),
+    res = dict(date=now(), command=command('fit_bench.py', argv or None),
                cpu_smoke=a.cpu_smoke, host=a.host, thread=a.thread, device=device_facts(device), torch=torch.__version__, steps=a.steps, every=a.every, sizes=[], skipped=[])
     began = time.monotonic()
     with GILProbe() as probe:
@@ -195,12 +160,12 @@ def main(argv=None):
             for r in range(a.reps):
                 left = a.budget - (time.monotonic() - began)
                 if r and left < 1.5*last: res['skipped'].append(f'{width}x{depth}: repetition {r} (of {a.reps}): {left:.0f} s left'); break
-                t = time.monotonic(); k = r % len(modes); order = modes[k:] + modes[:k]      # rotated: alternating
+                t = time.monotonic(); order = rotated(modes, r)
                 a.width, a.depth, a.batch = width, depth, batch
                 rep = [one_fit(m, a, device, probe) for m in order]
                 size['reps'].append(rep); last = time.monotonic() - t
                 size['summary'] = summary(size['reps'])
-                out.parent.mkdir(parents=True, exist_ok=True); out.write_text(json.dumps(res, indent=1))
+                write_json(out, res)
                 print(f'{width}x{depth} rep {r}: ' + ', '.join(f'{f["mode"]} {f["train_s"]:.2f}s/{f["fit_s"]:.2f}s probe {f["probe_ms"]["fit"]:.0f}ms' for f in rep), flush=True)
     print(json.dumps({f'{s["width"]}x{s["depth"]}': s.get('summary') for s in res['sizes']}, indent=1))
     return 0

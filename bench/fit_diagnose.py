@@ -1,36 +1,19 @@
-"""What slows training steps beside a background checkpoint write (issue 51, item 2): the same fastai fit as
-`fit_bench.py`, with one stand-in at a time running beside it for the whole fit, and a `torch.profiler` trace of fits with
-ddpsafe's own writes.
+"""What slows training steps beside a background write (issue 51, item 2): `fit_bench.py`'s fit with one stand-in thread
+beside it at a time (`sleep`, `gil`, `memcpy`, `disk`, `writer`: ddpsafe's own writes), each fit's median step over the
+same repetition's `none` fits; a second pass over `gil` and `writer` at `--switch-ms`; then a `torch.profiler` trace of an
+`async` and a `memory` fit, per step: wall, GPU busy, the training thread's wait after each CUDA synchronization.
+Method: the benchmarks page, "What a write could take from a step".
 
-    python bench/fit_diagnose.py --gpu            # on cuda:0, the sizes of fit_bench --gpu (about 3 minutes on an H200)
-    python bench/fit_diagnose.py --cpu-smoke      # tiny sizes on the CPU: checks the code, not speed
-
-Stand-ins, each a thread beside the whole fit (one resource each):
-- `none`: nothing beside (the baseline; twice per repetition);
-- `sleep`: a thread that sleeps in 1 ms ticks (a thread that exists and wakes, nothing more);
-- `gil`: pure Python bytecode in a loop (holds the GIL, hands it over at each switch interval, uses one core);
-- `memcpy`: `torch.Tensor.copy_` between two 512 MB host buffers (memory bandwidth, the GIL released);
-- `disk`: 64 MB `os.write`s to a file, fsync'd, rewritten (the kernel's page cache and writeback, the GIL released);
-- `writer`: ddpsafe's own writes, back to back, of the fit's state (`write_checkpoint` of a `StateBuffers` copy, from
-  the writer thread `AsyncWriter` runs): what `async_save` does, without the save step itself.
-Each stand-in's ratio is its fit's median step over the median of the same repetition's `none` fits.
-
-`--switch-ms`: the interpreter's switch interval for a second pass over `none`, `gil` and `writer`: a GIL convoy (the
-training thread waiting for the GIL after each release, for a synchronization or a copy) shrinks with the interval.
-
-The profile (`--profile`): one fit with `async_save=True` saves every `--every` steps and one with the memory tier, under
-`torch.profiler` (CPU and CUDA). For each step, from the trace: its wall time, the time the GPU was busy, and on the
-training thread the time from the end of each CUDA synchronization to the next event (the wait for the GIL after a
-release, with Python in between); steps that began while a write was in flight against the others. The Chrome trace of the
-async fit is kept (gzip) when it fits in 15 MB."""
+    python bench/fit_diagnose.py --gpu --host --reps 1 --standins gil,memcpy,disk,writer   # -> results/diagnose_gpu_host.json
+    python bench/fit_diagnose.py --cpu-smoke      # tiny sizes on the CPU: checks the code, not speed"""
 from __future__ import annotations
-import gc, os, sys, json, time, gzip, argparse, datetime, statistics, tempfile, shutil, threading, contextlib, io
+import gc, os, sys, json, time, gzip, argparse, statistics, tempfile, shutil, threading, contextlib, io
 from pathlib import Path
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from fit_bench import learner, sync, device_facts, drop_dir, PRESETS
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import HERE, sync, device_facts, command, rotated, spread, write_json, now
+from fit_bench import learner, writing, PRESETS
 
 STANDINS = ('none', 'sleep', 'gil', 'memcpy', 'disk', 'writer')
 
@@ -103,7 +86,7 @@ def standins(a, device, switch_ms=None) -> list:
     if switch_ms: sys.setswitchinterval(switch_ms/1e3)
     try:
         for r in range(a.reps):
-            order, rep = kinds[r % len(kinds):] + kinds[:r % len(kinds)], []
+            order, rep = rotated(kinds, r), []
             for kind in order:
                 folder, t0 = Path(tempfile.mkdtemp(dir=a.dir)), time.monotonic()
                 try:
@@ -121,11 +104,8 @@ def standins(a, device, switch_ms=None) -> list:
     return reps
 
 def summary(reps:list) -> dict:
-    out = {}
-    for kind in {f['kind'] for r in reps for f in r}:
-        xs = [f['ratio'] for r in reps for f in r if f['kind'] == kind]
-        out[kind] = dict(median=statistics.median(xs), min=min(xs), max=max(xs), n=len(xs))
-    return out
+    "Median and range of each stand-in's ratios"
+    return {k: spread(f['ratio'] for r in reps for f in r if f['kind'] == k) for k in {f['kind'] for r in reps for f in r}}
 
 GPU_CATS = {'kernel', 'gpu_memcpy', 'gpu_memset'}
 SYNCS = ('cudaDeviceSynchronize', 'cudaStreamSynchronize', 'cudaEventSynchronize', 'cudaMemcpy', 'cudaMemcpyAsync')
@@ -176,9 +156,7 @@ def profiled_fit(mode:str, a, device, out:Path|None) -> dict:
             def before_train(self): self.i = 0
             def after_batch(self):
                 if not self.training: return
-                s = ck.saver
-                if s is not None and getattr(s, 'pipe', None) is not None and s.pipe.writer is not None: s.pipe.poll(0); busy = s.pipe.busy   # the writer process (issue 61)
-                else: busy = bool(s and any(w is not None and w.busy for w in (s.writer, getattr(s.memory, 'writer', None))))
+                busy = bool(ck.saver and writing(ck.saver))
                 sync(device); self.i += 1
                 with torch.profiler.record_function(f'step:{self.i}:{int(busy)}'): pass
         acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device.type == 'cuda' else [])
@@ -212,10 +190,10 @@ def main(argv=None):
     device = torch.device('cuda:0' if a.gpu else 'cpu')
     if device.type == 'cpu': torch.set_num_threads(1)
     out = Path(a.out or HERE/'results'/f'diagnose_{"gpu" if a.gpu else "cpu"}{"_host" if a.host else ""}.json')
-    res = dict(date=datetime.datetime.now().isoformat(timespec='seconds'), command=' '.join(['bench/fit_diagnose.py'] + drop_dir(argv or sys.argv[1:])),
+    res = dict(date=now(), command=command('fit_diagnose.py', argv or None),
                device=device_facts(device), torch=torch.__version__, python=sys.version.split()[0], host=a.host, sizes=dict(width=a.width, depth=a.depth, batch=a.batch, steps=a.steps, every=a.every),
                switch_interval_ms=sys.getswitchinterval()*1e3)
-    def dump(): out.parent.mkdir(parents=True, exist_ok=True); out.write_text(json.dumps(res, indent=1))
+    dump = lambda: write_json(out, res)
     res['standins'] = standins(a, device); res['standins_summary'] = summary(res['standins']); dump()
     if a.switch_ms:
         kept, a.standins = a.standins, 'gil,writer'
