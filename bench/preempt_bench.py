@@ -1,44 +1,15 @@
-"""What `CheckpointCallback`'s stop-request agreement costs per training step: one non-blocking gloo all-reduce of
-five int32 values started at a step boundary and read one step later (`ddpsafe.preempt.StopRequests.poll`), at most
-`poll_seconds` apart (`POLL_SECONDS`, 0.25 s, by default), or at every step with `poll_seconds=0`.
+"""What `CheckpointCallback`'s stop-request agreement costs a training step (`StopRequests.poll`: a non-blocking gloo
+all-reduce started at a step boundary, read a step later, rounds `POLL_SECONDS` apart), on 2 CPU ranks:
+1. throughput A/B: the same DDP fit as `plain`, `polling` (the callback, no periodic save) and `bare_poll`, order
+   rotated, steps/s between steps only; overhead paired per repetition, median and a bootstrap 95% interval;
+2. `poll()` alone, between a step's worth of busy work, and back to back, for each `--poll-seconds`;
+3. `--at-default`: the callback at its defaults against none, steps padded to 4, 10 and 50 ms, its `after_batch` and
+   `poll` time summed; and the delay from a SIGTERM to the checkpoint it starts on both ranks.
+Method: the benchmarks page, "Preemption: the per-step stop-request agreement".
 
-    python bench/preempt_bench.py --at-default      # the callback at its defaults vs none, 4/10/50 ms steps, 7 reps; SIGTERM delays
-    python bench/preempt_bench.py --at-default --reps 9 --run-seconds 2 --step-ms 4,10,50
-    python bench/preempt_bench.py                   # 2 CPU ranks, two model sizes, 6 repetitions
-    python bench/preempt_bench.py --reps 4 --steps 100
-    python bench/preempt_bench.py --polls-only      # only the poll() timings again, into the existing results
-    python bench/preempt_bench.py --polls-only --poll-seconds 0.1,0.5    # with these poll_seconds (default 0.1,0.25)
-
-Two measurements, on 2 CPU ranks joined by gloo (`ddpsafe.testing.run_ranks`, one torch thread per rank):
-
-1. Training throughput, A/B: the same DDP training (fastai `distrib_ctx`, an MLP on synthetic data) run as
-   `plain` (no ddpsafe callback), as `polling` (`CheckpointCallback(every_epoch=None, every_steps=None)`: no periodic
-   save, only the per-step stop-request round) and as `bare_poll` (a callback that only calls `StopRequests.poll`, to
-   tell the all-reduce from the rest of the callback). All three run in every repetition (order rotated each time);
-   steps/s is timed between training steps only (after a few warm-up steps), so the final checkpoint that
-   `CheckpointCallback` writes at the end of fit is not counted. Overhead = plain steps/s / polling steps/s - 1, paired
-   per repetition, median and a bootstrap 95% interval over repetitions.
-2. The call itself: `StopRequests.poll()` timed on its own, with a step's worth of busy work and a small all-reduce
-   (standing for the gradients', which keeps DDP ranks in lockstep) between calls as in training (so the all-reduce
-   started at one step can finish before the next step reads it), and back to back (each
-   call then waits a full all-reduce round trip). Estimated overhead = poll time (median, and mean) / plain step time.
-   The same with `StopRequests(poll_seconds=s)` (`CheckpointCallback(poll_seconds=s)`) for each `--poll-seconds` s
-   (0.1 and 0.25 by default), where one round spans about s seconds of steps: the mean of its calls is the cost per step.
-
-At the default settings (`--at-default`, into `bench/results/preempt_default.json`): a tiny MLP whose training steps are
-padded with busy work after the forward pass (standing for compute; the padding is calibrated once from the unpadded step,
-the fastest of 3 short runs on the slower rank) to 4, 10 and 50 ms, trained on 2 ranks as `plain` (no callback) and with `CheckpointCallback` at its
-defaults (no periodic save), the two in alternating order in each repetition; ratio = plain steps/s / callback steps/s
-(the step time with the callback over without), the slower rank's, per repetition: median, min, max and a bootstrap 95%
-interval. Within each callback run, the time spent in its `after_batch` (where the rounds start and are read) is
-summed over the timed steps, and of it the time in `StopRequests.poll` (the agreement itself): their share of the run's
-time, the rank that spends most, per repetition; a direct measure that
-a shared machine's drifting load blurs far less than the A/B ratio. Then, per repetition and step length, a third run with the callback where rank 1 sends itself SIGTERM at a random
-moment 0.2-0.8 s after the warm-up: the delay from the `os.kill` to the moment the signal's checkpoint begins, and whether
-both ranks began it at the same step. The bound it is checked against is max(poll_seconds, step) + step. `uptime` before
-and after is recorded beside the results: on a shared machine, read the load with the numbers.
-
-Results: `bench/results/preempt.json`, `bench/results/preempt_default.json`."""
+    python bench/preempt_bench.py --reps 6                     # -> results/preempt.json
+    python bench/preempt_bench.py --polls-only --poll-seconds 0.1,0.25    # only the poll() timings, into the same file
+    python bench/preempt_bench.py --at-default --reps 11       # -> results/preempt_default.json"""
 from __future__ import annotations
 import os, sys, json, time, random, argparse, platform, datetime, statistics, tempfile, shutil, warnings
 from pathlib import Path

@@ -1,21 +1,9 @@
-"""What writing a sharded model's checkpoint in shards changes, against gathering it whole to rank 0, on CPU ranks.
+"""A sharded model's checkpoint in shards against gathered whole to rank 0, on 2 CPU ranks: an FSDP2 MLP with fastai's
+`Adam`; `whole` (`model_weights`, `full_optimizer_state`, `write_checkpoint` on rank 0) against `shards` (`shard_state`,
+`write_in_shards`), and what an async save blocks for each way; the slowest rank's time and each rank's peak memory
+(`VmHWM`) over the state, order alternated, ratios per repetition. Method: the benchmarks page, "A sharded model".
 
-    python bench/shard_bench.py                          # 2 ranks, states of 100 MB and 300 MB (weights and Adam state), 5 repetitions
-    python bench/shard_bench.py --sizes 100 --reps 3     # shorter
-
-An MLP of fp32 `Linear` layers, sharded over the ranks with FSDP2 (`fully_shard` on each layer and the whole), with
-fastai's `Adam` after one step: its state is the weights and two tensors per weight. Each repetition makes, in an
-order alternated from one repetition to the next, on every rank at once:
-
-- whole: what a sharded model's checkpoint was before (and still is on object storage): the weights and optimizer state
-  gathered tensor by tensor to rank 0 (`model_weights`, `full_optimizer_state`), then `write_checkpoint` on rank 0;
-- shards: `shard_state` and `write_in_shards`, every rank writing its own pieces with DCP inside the same commit;
-- and what an asynchronous save blocks training for, each way: gathering whole into rank 0's reused buffers
-  (`learn.snapshot`), and each rank copying its own pieces into its reused buffers (`StateBuffers.copy`).
-
-For each it records the slowest rank's time, and each rank's peak resident memory above what it held before (Linux's
-`VmHWM`, reset before each measurement through `/proc/self/clear_refs`), over the whole state's size. The ratios are
-taken within each repetition. Results: `bench/results/shards.json`."""
+    python bench/shard_bench.py --sizes 100,300 --reps 5    # -> results/shards.json"""
 from __future__ import annotations
 import os, sys, json, time, shutil, argparse, platform, datetime, tempfile, statistics
 from pathlib import Path
