@@ -18,21 +18,12 @@ import torch
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from checkpoint_bench import Bench, make_state, tensors, fsync_file, trim   # the state and methods of the save benchmark
+from harness import make_state, tensors, fsync_file, trim, sync, device_facts
+from checkpoint_bench import Bench   # the methods of the save benchmark
 from async_step_bench import timed_steps                                    # the step timing of the background-write benchmark
 from resume_bench import learner_state, save_both, torch_load, ddpsafe_resume, timed   # the loaders of the resume benchmark
 
 PARTS = ('test_cuda', 'async_blocking', 'steps_beside_write', 'resume')
-
-def sync(device):
-    if device.type == 'cuda': torch.cuda.synchronize(device)
-
-def device_facts(device) -> dict:
-    "What the JSON says about the device: the card's name, its memory, the CUDA and torch versions"
-    if device.type != 'cuda': return dict(type='cpu', name=platform.processor() or platform.machine(), cpus=os.cpu_count())
-    p = torch.cuda.get_device_properties(device)
-    return dict(type='cuda', name=p.name, memory_gb=round(p.total_memory / 2**30, 1), count=torch.cuda.device_count(),
-                cuda=torch.version.cuda, capability=f'{p.major}.{p.minor}', cpus=os.cpu_count())
 
 # ------------------------------------------------------------------------------------------------------------
 # 1. tests/test_cuda.py

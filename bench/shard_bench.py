@@ -8,15 +8,8 @@ from __future__ import annotations
 import os, sys, json, time, shutil, argparse, platform, datetime, tempfile, statistics
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-
-def status(key:str) -> int:
-    "A `/proc/self/status` memory figure, in bytes"
-    return int(next(l for l in Path('/proc/self/status').read_text().splitlines() if l.startswith(key + ':')).split()[1]) * 1024
-
-def reset_peak():
-    "`VmHWM` back to the current resident memory"
-    Path('/proc/self/clear_refs').write_text('5')
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import HERE, status, reset_peak
 
 def rank_main(mb:int, reps:int, folder:str) -> dict:
     "One rank's measurements (run by `run_ranks`)"
