@@ -20,7 +20,6 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from harness import make_state, tensors, fsync_file, trim, sync, device_facts
 from checkpoint_bench import Bench   # the methods of the save benchmark
-from async_step_bench import timed_steps                                    # the step timing of the background-write benchmark
 from resume_bench import learner_state, save_both, torch_load, ddpsafe_resume, timed   # the loaders of the resume benchmark
 
 PARTS = ('test_cuda', 'async_blocking', 'steps_beside_write', 'resume')
@@ -129,6 +128,13 @@ def measure_async(gb:float, reps:int, device, folder:Path, unit:int, left) -> di
 
 # ------------------------------------------------------------------------------------------------------------
 # 3. steps beside a background write
+
+def timed_steps(step, n:int|None=None, until=None) -> list:
+    "Step times: `n` steps, or steps until `until()` is true"
+    out = []
+    while (n is not None and len(out) < n) or (until is not None and not until()):
+        t0 = time.perf_counter(); step(); out.append(time.perf_counter() - t0)
+    return out
 
 def device_trainer(device, width:int, batch:int):
     "A synchronized MLP training step on `device`: forward, backward, Adam"
