@@ -9,18 +9,18 @@ import os, sys, json, time, shutil, argparse, platform, datetime, tempfile, stat
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import HERE, status, reset_peak
+from harness import HERE, status, reset_peak, trim
 
 def rank_main(mb:int, reps:int, folder:str) -> dict:
     "One rank's measurements (run by `run_ranks`)"
-    import gc, types, torch, ctypes
+    import types, torch
     from torch.distributed.fsdp import fully_shard
     from fastai.optimizer import Adam
     from ddpsafe.core import rank, on_main, barrier
-    from ddpsafe.checkpoint import model_weights, shard_state, rng_state
-    from ddpsafe.sharded import write_in_shards
+    from ddpsafe.checkpoint import model_weights, rng_state
+    from ddpsafe.shards import shard_state
+    from ddpsafe.sharded import write_in_shards, full_optimizer_state
     from ddpsafe.parts import checkpoint_writers
-    from ddpsafe.sharded import full_optimizer_state
     from ddpsafe.snapshot import StateBuffers
     from ddpsafe.manifest import write_checkpoint
     torch.manual_seed(0); torch.set_num_threads(1)
@@ -32,10 +32,10 @@ def rank_main(mb:int, reps:int, folder:str) -> dict:
     learn = types.SimpleNamespace(model=model, opt=opt)
     state_bytes = 3 * sum(p.numel() for p in model.parameters()) * 4
     whole_bufs, shard_bufs, out = StateBuffers(), StateBuffers(), []
-    trim = lambda: (gc.collect(), ctypes.CDLL('libc.so.6').malloc_trim(0))
 
     def whole():
-        files = checkpoint_files(model_weights(model), full_optimizer_state(opt.state_dict()), {}, [rng_state()])
+        files = checkpoint_writers({'model.safetensors': model_weights(model), 'optimizer.pt': full_optimizer_state(opt.state_dict()),
+                                    'state.pt': {}, 'rng.pt': [rng_state()]})
         on_main(write_checkpoint, Path(folder)/'whole', 1, files)
     def shards():
         s, skeleton = shard_state(learn)
