@@ -1,9 +1,6 @@
 """Goodput under preemption: useful optimizer steps per second of a job (`goodput_train.py`, 2 CPU ranks under `torchrun`)
-preempted again and again, against the same job left alone, and where the lost time goes. Scenarios: `baseline`,
-`sigterm` (through `examples/requeue.sh`), `sigkill` (a rank killed every `--kill-every` s, the job started again), `auto`
-(`every_seconds='auto'`), `memory` (the memory tier besides). Rank 0's timeline is cut into intervals, each charged to
-what ended it (`SHARES`); the import times are measured apart in fresh processes. Method and shares: the benchmarks
-page, "Goodput under preemption".
+preempted again and again (`SCENARIOS`), against the same job left alone, and where the lost time goes (`SHARES`).
+Method and shares: the benchmarks page, "Goodput under preemption".
 
     python bench/goodput_bench.py --parallel --seconds 360       # all 5 at once (16 cores) -> results/goodput.json, .png
     python bench/goodput_bench.py --replot                       # the table and figure again from results/goodput*.json*"""
@@ -12,7 +9,8 @@ import os, sys, gzip, json, time, shutil, signal, socket, argparse, platform, da
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import HERE, write_json
 ROOT = HERE.parent
 TRAIN, REQUEUE = HERE/'goodput_train.py', ROOT/'examples'/'requeue.sh'
 BIN = Path(sys.executable).parent
@@ -113,8 +111,8 @@ class Job:
     def launch_cmd(self) -> list:
         c = self.config
         mem = ['--memory-every-steps', str(c['memory_every_steps']), '--memory-path', c['memory_path']] if self.memory else []
-        return ['bash', '-c', WRAP, 'launch', self.torchrun, '--nproc_per_node', '2', '--master_port', str(self.port), str(TRAIN), str(self.job),
-                '--every-seconds', str(c['every_seconds']), *mem, '--hidden', str(self.a.hidden)] + ['--fast-exit']*self.a.fast_exit
+        return ['bash', '-c', WRAP, 'launch', self.torchrun, '--nproc_per_node', '2', '--master_port', str(self.port), str(TRAIN),
+                str(self.job), '--every-seconds', str(c['every_seconds']), *mem]
     def start(self, cmd:list) -> subprocess.Popen:
         p = subprocess.Popen(cmd, stdout=self.out, stderr=subprocess.STDOUT, start_new_session=True, env=self.env, cwd=self.job)
         self.procs.append(p)
@@ -375,11 +373,11 @@ def raw_path(out:Path) -> Path: return out.with_name(out.stem + '_raw.json.gz')
 
 def report(res:dict, out:Path):
     "Write the results (the raw events apart, compressed), print the table, draw the figure"
-    out.parent.mkdir(parents=True, exist_ok=True)
     res = dict(res)
     if (raw := res.pop('raw', None)):
+        out.parent.mkdir(parents=True, exist_ok=True)
         with gzip.open(raw_path(out), 'wt') as f: json.dump(raw, f)
-    out.write_text(json.dumps(res, indent=1))
+    write_json(out, res)
     if res.get('scenarios'):
         print(table(res))
         plot(res, out.with_suffix('.png'))
@@ -401,24 +399,17 @@ def main(argv=None):
     p.add_argument('--save-every-seconds', type=float, default=30., help="the job's CheckpointCallback(every_seconds=...), in every scenario but auto (default 30)")
     p.add_argument('--memory-every-steps', type=int, default=100, help="memory: the job's CheckpointCallback(memory_every_steps=...) (default 100: about 1-2 s of steps)")
     p.add_argument('--parallel', action='store_true', help='run the scenarios all at the same time (a machine with 2 cores per scenario and more to spare)')
-    p.add_argument('--hidden', type=int, default=512, help="the MLP's hidden width (default 512)")
-    p.add_argument('--fast-exit', action='store_true', help="the ranks skip the interpreter's teardown (os._exit after atexit): what that saves")
     p.add_argument('--import-reps', type=int, default=3, help='fresh processes timing the imports (0: skip)')
     p.add_argument('--out', default=str(HERE/'results'/'goodput.json'), help='results JSON; the figure goes beside it (.png)')
     p.add_argument('--workdir', default=None, help='where the jobs run and log (default: a temporary folder, removed unless --keep)')
     p.add_argument('--keep', action='store_true', help='keep the work folder (the jobs\' event logs and output)')
     p.add_argument('--replot', action='store_true', help='only recompute the accounting, table and figure from --out')
-    p.add_argument('--imports-only', action='store_true', help='only measure the imports, into --out (keeping its scenarios)')
     a = p.parse_args(argv)
     out = Path(a.out)
     if a.replot:
         res = json.loads(out.read_text())
         with gzip.open(raw_path(out), 'rt') as f: res['raw'] = json.load(f)
         res['scenarios'] = {k: account(v) for k, v in res['raw'].items()}
-        return report(res, out)
-    if a.imports_only:
-        res = json.loads(out.read_text()) if out.exists() else dict(benchmark='goodput')
-        res['imports'] = import_costs(a.import_reps or 3)
         return report(res, out)
     names = a.scenarios.split(',')
     if unknown := set(names) - set(SCENARIOS): p.error(f'unknown scenarios {sorted(unknown)}')
@@ -430,7 +421,7 @@ def main(argv=None):
                             platform=platform.platform(), python=platform.python_version(), torch=torch.__version__, uptime_before=uptime()),
                parallel=a.parallel, seconds=a.seconds, term_every=a.term_every, kill_every=a.kill_every, save_every_seconds=a.save_every_seconds,
                memory_every_steps=a.memory_every_steps,
-               hidden=a.hidden, fast_exit=a.fast_exit, ranks=2, backend='gloo', torch_threads_per_rank=1, raw={})
+               hidden=512, fast_exit=False, ranks=2, backend='gloo', torch_threads_per_rank=1, raw={})
     t = time.time()
     try:
         if a.parallel:

@@ -2,7 +2,7 @@
 `CheckpointCallback(every_epoch=None, every_seconds=S|auto)` and optionally the memory tier.
 
     GOODPUT_LOG=DIR GOODPUT_LAUNCH=N torchrun --nproc_per_node 2 bench/goodput_train.py PATH [--every-seconds 30|auto]
-        [--memory-every-steps N [--memory-path DIR]] [--hidden 512] [--fast-exit]
+        [--memory-every-steps N [--memory-path DIR]] [--hidden 512]
 
 Each rank appends a JSON line per event (`ev`, `t` = `time.time()`) to `DIR/launch{N}.rank{r}.jsonl`: `proc`, `py_start`,
 `import_torch`, `import_fastai`, `import_ddpsafe`, `learner`, `fit_start`, `resume_start`, `resume_end` (`step`),
@@ -41,7 +41,6 @@ def parse_args(argv=None):
     p.add_argument('--hidden', type=int, default=512, help='width of the two hidden layers')
     p.add_argument('--batches', type=int, default=400, help='training batches per rank and epoch')
     p.add_argument('--epochs', type=int, default=10000)
-    p.add_argument('--fast-exit', action='store_true', help="after fit, run the atexit handlers, flush, and os._exit: no interpreter teardown")
     return p.parse_args(argv)
 
 def main(argv=None):
@@ -108,13 +107,4 @@ def main(argv=None):
                                                           memory_every_steps=a.memory_every_steps, memory_path=a.memory_path))
     finally: ev('fit_end')
 
-if __name__ == '__main__':
-    if '--fast-exit' not in sys.argv[1:]: main()
-    else:                                                 # what skipping the interpreter's teardown (about 1 s for torch alone) saves
-        try: main(); code = 0
-        except SystemExit as e: code = e.code if isinstance(e.code, int) else 1
-        except BaseException:
-            import traceback; traceback.print_exc(); code = 1
-        atexit._run_exitfuncs()
-        sys.stdout.flush(); sys.stderr.flush()
-        os._exit(code)
+if __name__ == '__main__': main()

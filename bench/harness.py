@@ -111,7 +111,9 @@ def spread(xs) -> dict|None:
 
 def write_json(path, res:dict) -> Path:
     "`res` as JSON at `path`, its folder made"
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True); path.write_text(json.dumps(res, indent=1))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(res, indent=1, default=str))
     return path
 
 class GILProbe:

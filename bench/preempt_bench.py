@@ -1,22 +1,18 @@
-"""What `CheckpointCallback`'s stop-request agreement costs a training step (`StopRequests.poll`: a non-blocking gloo
-all-reduce started at a step boundary, read a step later, rounds `POLL_SECONDS` apart), on 2 CPU ranks:
-1. throughput A/B: the same DDP fit as `plain`, `polling` (the callback, no periodic save) and `bare_poll`, order
-   rotated, steps/s between steps only; overhead paired per repetition, median and a bootstrap 95% interval;
-2. `poll()` alone, between a step's worth of busy work, and back to back, for each `--poll-seconds`;
-3. `--at-default`: the callback at its defaults against none, steps padded to 4, 10 and 50 ms, its `after_batch` and
-   `poll` time summed; and the delay from a SIGTERM to the checkpoint it starts on both ranks.
-Method: the benchmarks page, "Preemption: the per-step stop-request agreement".
+"""What `CheckpointCallback`'s stop-request agreement (`StopRequests.poll`) costs a training step, on 2 CPU ranks: the
+same DDP fit `plain`, `polling` and `bare_poll`, rotated; `poll()` timed alone; `--at-default`: the callback at its
+defaults against none at padded step lengths, and the delay from a SIGTERM to its checkpoint. Method: the benchmarks
+page, "Preemption: the per-step stop-request agreement".
 
     python bench/preempt_bench.py --reps 6                     # -> results/preempt.json
     python bench/preempt_bench.py --polls-only --poll-seconds 0.1,0.25    # only the poll() timings, into the same file
     python bench/preempt_bench.py --at-default --reps 11       # -> results/preempt_default.json"""
 from __future__ import annotations
-import os, sys, json, time, random, argparse, platform, datetime, statistics, tempfile, shutil, warnings
+import os, sys, json, time, random, argparse, platform, statistics, tempfile, shutil, warnings
 from pathlib import Path
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import HERE, write_json, now
 
 MODELS = {   # name: (input features, hidden width, hidden layers, batch size per rank)
     'small':  (256, 512, 2, 64),
@@ -309,15 +305,14 @@ def run_paced(a) -> dict:
     uptime = lambda: subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()
     load_before, t0 = uptime(), time.time()
     ranks = run_ranks(paced_worker, n=2, args=(step_ms, a.reps, a.warmup, a.run_seconds, a.seed), timeout=3000)
-    res = dict(benchmark='preempt at default settings', date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+    res = dict(benchmark='preempt at default settings', date=now(utc=True),
                machine=dict(cores=os.cpu_count(), platform=platform.platform(), python=platform.python_version(), torch=torch.__version__,
                             uptime_before=load_before, uptime_after=uptime()),
                ranks=2, backend='gloo', torch_threads_per_rank=1, poll_seconds=poll, POLL_SECONDS=POLL_SECONDS, reps=a.reps,
                warmup_steps=a.warmup, run_seconds=a.run_seconds,
                command=' '.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
                step_lengths=summarize_paced(ranks, step_ms, poll), raw=ranks, seconds=time.time() - t0)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(res, indent=1, default=str))
+    write_json(a.out, res)
     print(f"load before: {res['machine']['uptime_before']}\nload after:  {res['machine']['uptime_after']}")
     for ms, r in res['step_lengths'].items():
         print(f"{ms} ms target ({r['plain_median_step_ms']:.1f} ms measured): step time with / without the callback, median {r['ratio_median']:.4f} "
@@ -340,7 +335,6 @@ def main(argv=None):
     p.add_argument('--step-ms', default=','.join(map(str, STEP_MS)), help='with --at-default: the step lengths, ms, comma separated')
     p.add_argument('--run-seconds', type=float, default=2.5, help='with --at-default: seconds of timed steps per run (at least 60 steps)')
     p.add_argument('--seed', type=int, default=0, help='with --at-default: the seed of the signal times')
-    p.add_argument('--resummarize', action='store_true', help='only recompute the summaries of an existing --out from its raw timings')
     p.add_argument('--polls-only', action='store_true', help="only time poll() again, at the step time of --out's shortest model, and resummarize")
     p.add_argument('--poll-seconds', default='0.1,0.25', help="the poll_seconds values to time poll() with as well, comma separated (default 0.1,0.25)")
     a = p.parse_args(argv)
@@ -353,31 +347,25 @@ def main(argv=None):
         res = json.loads(Path(a.out).read_text())
         gap = min(v['plain_median_step_ms'] for v in res['models'].values())/1e3
         for raw, polls in zip(res['raw'], run_ranks(poll_worker, n=2, args=(a.polls, gap, spans), timeout=1800)): raw.update(polls)
-        res.update(summarize(res['raw'], list(res['steps_per_run'])), polls_date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+        res.update(summarize(res['raw'], list(res['steps_per_run'])), polls_date=now(utc=True),
                    polls_command=' '.join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]))
-        Path(a.out).write_text(json.dumps(res, indent=1))
+        write_json(a.out, res)
         for i, q in enumerate(res['poll_per_rank']):
             print(f"rank {i}: poll() between steps mean {q['spaced_mean_us']:.0f} us, at {gap*1e3:.1f} ms steps; with poll_seconds " +
                   ', '.join(f"{k}: mean {v['spaced_mean_us']:.0f} us" for k, v in res['raw'][i]['poll_spaced_by'].items()))
-        return res
-    if a.resummarize:
-        res = json.loads(Path(a.out).read_text())
-        res.update(summarize(res['raw'], list(res['steps_per_run'])))
-        Path(a.out).write_text(json.dumps(res, indent=1))
         return res
     from ddpsafe.testing import run_ranks
     models = a.models.split(',')
     steps = {m: a.steps or dict(small=400, medium=150).get(m, 200) for m in models}
     t0 = time.time()
     ranks = run_ranks(worker, n=2, args=(models, steps, a.reps, a.warmup, a.polls, spans), timeout=3000)
-    res = dict(benchmark='preempt', date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+    res = dict(benchmark='preempt', date=now(utc=True),
                machine=dict(cores=os.cpu_count(), platform=platform.platform(), python=platform.python_version(),
                             torch=torch.__version__, load_at_end=os.getloadavg()),
                ranks=2, backend='gloo', torch_threads_per_rank=1, steps_per_run=steps, reps=a.reps, warmup_steps=a.warmup,
                command=' '.join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
                **summarize(ranks, models), raw=ranks, seconds=time.time() - t0)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(res, indent=1))
+    write_json(a.out, res)
     for m, r in res['models'].items():
         print(f'{m}: plain {r["median_steps_per_s"]["plain"]:.1f} steps/s ({r["plain_median_step_ms"]:.1f} ms/step), '
               f'polling {r["median_steps_per_s"]["polling"]:.1f} steps/s: overhead {r["overhead_pct_median_paired"]:+.2f}% '
