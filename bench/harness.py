@@ -105,9 +105,9 @@ def rotated(xs:list, r:int) -> list:
     return xs[k:] + xs[:k]
 
 def spread(xs) -> dict|None:
-    "Median, range and count of `xs` (its `None`s left out)"
+    "Median, range, mean and count of `xs` (its `None`s left out)"
     xs = [x for x in xs if x is not None]
-    return dict(median=statistics.median(xs), min=min(xs), max=max(xs), n=len(xs)) if xs else None
+    return dict(median=statistics.median(xs), min=min(xs), max=max(xs), mean=statistics.fmean(xs), n=len(xs)) if xs else None
 
 def write_json(path, res:dict) -> Path:
     "`res` as JSON at `path`, its folder made"

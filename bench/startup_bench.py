@@ -7,10 +7,11 @@ functions. Method and phases: the benchmarks page, "Start-up beside stock fastai
     python bench/startup_bench.py --reps 5 --nproc 2          # -> results/startup.json
     python bench/startup_bench.py --cpu-smoke --out X.json    # one launch of each variant: the code and the JSON, not speed"""
 from __future__ import annotations
-import os, sys, json, time, shutil, argparse, platform, datetime, statistics, subprocess, tempfile
+import os, sys, json, time, shutil, argparse, platform, subprocess, tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import HERE, spread as mr, write_json, now
 ROOT = HERE.parent
 TRAIN = HERE/'startup_train.py'
 VARIANTS = ('stock', 'ddpsafe')
@@ -61,10 +62,6 @@ def one_launch(variant: str, a, rep: int) -> dict:
                     stamps={r['rank']: {k: v - t_launch for k, v in r['stamps'].items()} for r in ranks}, pieces=pieces,
                     saved=ranks[0]['ckpts'])
     finally: shutil.rmtree(work, ignore_errors=True)
-
-def mr(xs: list) -> dict|None:
-    xs = [x for x in xs if x is not None]
-    return dict(median=statistics.median(xs), min=min(xs), max=max(xs), mean=statistics.fmean(xs), n=len(xs)) if xs else None
 
 def summary(launches: list) -> dict:
     "Per variant, each phase's median and range; per repetition, ddpsafe minus stock, summarised; ddpsafe's pieces"
@@ -122,7 +119,7 @@ def main(argv=None):
     a.reps = a.reps if a.reps is not None else 1 if a.cpu_smoke else 5
     a.warmup = a.warmup if a.warmup is not None else 0 if a.cpu_smoke else 1
     out = Path(a.out or HERE/'results'/'startup.json')
-    res = dict(date=datetime.datetime.now().isoformat(timespec='seconds'),
+    res = dict(date=now(),
                command=' '.join(['bench/startup_bench.py'] + [x for x in (argv or sys.argv[1:])]), cpu_smoke=a.cpu_smoke,
                machine=dict(name=platform.processor() or platform.machine(), cpus=os.cpu_count()), versions=versions(),
                nproc=a.nproc, reps=a.reps, warmup=a.warmup, launcher=' '.join([Path(launcher(a.nproc)[0]).name] + launcher(a.nproc)[1:]),
@@ -136,7 +133,7 @@ def main(argv=None):
             l = one_launch(v, a, r); res['launches'].append(l)
             print(f'rep {r} {v:8} to_first_step {l["phases"]["to_first_step"]:.2f}s total {l["phases"]["total"]:.2f}s (load {l["load"]:.1f})', flush=True)
         res['summary'] = summary(res['launches'])
-        out.parent.mkdir(parents=True, exist_ok=True); out.write_text(json.dumps(res, indent=1))
+        write_json(out, res)
     print(table(res['summary']))
     return 0
 
