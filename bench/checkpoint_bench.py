@@ -1,104 +1,18 @@
-"""How long a checkpoint blocks training, and how long it takes to be on disk: ddpsafe (sync and async) against the
-limits of the machine and against `torch.save`, safetensors and `torch.distributed.checkpoint`, in one run.
+"""How long a checkpoint blocks training, and how long until it is on disk: ddpsafe (sync and async) against the
+machine's limits (`memcpy`, `clone`, `raw_write`) and against `torch.save`, safetensors and DCP (`dcp_save`, `dcp_async`,
+`dcp_async_cached`), on `harness.make_state` states (weights and Adam state, 51 fp32 tensors); one warm-up repetition, then
+every method once a repetition in a rotated order, ratios paired within a repetition. Method: the benchmarks page,
+"Checkpoints: blocking time and time to disk".
 
-    python bench/checkpoint_bench.py                              # 100 MB, 500 MB and 2 GB states, 7 repetitions
-    python bench/checkpoint_bench.py --sizes 100,500 --reps 3     # shorter
-    python bench/checkpoint_bench.py --dir /dev/shm/bench         # another filesystem (default: /tmp, ext4 here)
-
-The state is fp32 tensors shaped like a model and its Adam state: 17 weight matrices and, for each, `exp_avg` and
-`exp_avg_sq` (51 tensors). Every repetition runs every method once, in an order rotated from one repetition to the
-next, so that the machine's drift (2-5x between runs on the 2-core test machine) hits all methods alike; ratios are taken
-within a repetition (paired), then the median over repetitions; the ratio of the best (minimum) times is kept too, as
-the estimate least touched by other processes (they can only add time). One unmeasured warm-up repetition runs first (it also
-allocates ddpsafe's buffers and DCP's cached stager, as the first save of a training run would).
-
-Methods (blocking: how long the training loop waits; total: until the checkpoint is durable on disk):
-- `memcpy`: the state copied into preallocated buffers that are reused (`Tensor.copy_`): the floor for any blocking copy.
-- `clone`: a fresh `clone()` of every tensor (what a copy costs without reused buffers).
-- `raw_write`: the same bytes written sequentially to one file, then `fsync`: the floor for any durable write.
-- `ddpsafe_sync`: `ddpsafe.manifest.write_checkpoint` with the writers `CheckpointCallback` uses (`parts.checkpoint_writers`:
-  `model.safetensors`, `optimizer.pt`, `state.pt`, `rng.pt`), i.e. what `Saver._commit` (ddpsafe.saver) does before rotating:
-  each file checksummed (xxh3) and fsynced (on a second thread while the next file is written), manifest, rename,
-  folder fsync. Blocking = total.
-- `ddpsafe_async`: blocking = `StateBuffers.copy` of the state (what `Learner.snapshot` does under the step lock) plus
-  handing the same `write_checkpoint` to an `AsyncWriter`; total = until `AsyncWriter.wait()` returns.
-- `torch_save`: `torch.save` of the state to one file + `fsync` (fastai's `Learner.save` does the `torch.save`, no fsync).
-- `safetensors`: `safetensors.torch.save_file` of the flattened state + `fsync`.
-- `dcp_save`: `torch.distributed.checkpoint.save` (its `FileSystemWriter` fsyncs by default). Blocking = total.
-- `dcp_async`: `torch.distributed.checkpoint.async_save` with its defaults: blocking = until it returns; total = until
-  its future resolves.
-- `dcp_async_cached`: the same with `DefaultStager(StagingOptions(False, False, False, False))`, DCP's staging that
-  keeps its CPU copy between calls (its `cache_staged_state_dict=True` writer option pins memory and fails without CUDA).
-
-DCP runs in a single process without a process group (`no_dist` is inferred). Results: `bench/results/checkpoint.json`
-and the plots `checkpoint_blocking.png`, `checkpoint_total.png`."""
+    python bench/checkpoint_bench.py --sizes 100,500,2000 --reps 7   # -> bench/results/checkpoint.json and its two plots
+    python bench/checkpoint_bench.py --replot                        # the summaries and plots again from checkpoint.json"""
 from __future__ import annotations
-import os, gc, sys, json, time, shutil, ctypes, argparse, platform, warnings, datetime, statistics, subprocess
+import os, sys, json, time, shutil, argparse, warnings, statistics
 from pathlib import Path
 import torch
 
-HERE = Path(__file__).resolve().parent
-N_LAYERS = 17                 # 17 weights + 17 exp_avg + 17 exp_avg_sq = 51 tensors
-ROW = 1024                    # every tensor is (rows, 1024) fp32
-
-# ------------------------------------------------------------------------------------------------------------
-# The state
-
-def make_state(nbytes:int, seed:int=0) -> dict:
-    "A model and Adam state of about `nbytes` fp32 bytes, shaped as fastai's `Optimizer.state_dict()`"
-    g = torch.Generator().manual_seed(seed)
-    rows = max(1, round(nbytes / (3*N_LAYERS*ROW*4)))
-    model = {f'layers.{i}.weight': torch.randn(rows, ROW, generator=g) for i in range(N_LAYERS)}
-    opt = dict(state=[dict(exp_avg=torch.randn(rows, ROW, generator=g), exp_avg_sq=torch.rand(rows, ROW, generator=g), step=1000)
-                      for _ in range(N_LAYERS)],
-               hypers=[dict(lr=1e-3, mom=0.9, sqr_mom=0.99, eps=1e-5, wd=0.01)])
-    return dict(model=model, opt=opt)
-
-def tensors(state) -> list:
-    "Every tensor of `state`, in a fixed order"
-    out = []
-    def walk(o):
-        if isinstance(o, torch.Tensor): out.append(o)
-        elif isinstance(o, dict): [walk(v) for v in o.values()]
-        elif isinstance(o, (list, tuple)): [walk(v) for v in o]
-    walk(state)
-    return out
-
-def flat(state) -> dict:
-    "The tensors of `state` under dotted names, for safetensors"
-    out = {}
-    def walk(o, name):
-        if isinstance(o, torch.Tensor): out[name] = o
-        elif isinstance(o, dict): [walk(v, f'{name}.{k}' if name else str(k)) for k, v in o.items()]
-        elif isinstance(o, (list, tuple)): [walk(v, f'{name}.{i}') for i, v in enumerate(o)]
-    walk(state, '')
-    return out
-
-def nbytes(state) -> int: return sum(t.numel()*t.element_size() for t in tensors(state))
-
-def fsync_file(path):
-    fd = os.open(path, os.O_RDONLY)
-    try: os.fsync(fd)
-    finally: os.close(fd)
-
-def load() -> dict:
-    "How busy the machine is: 1-minute load average and the share of the last 10 s some task waited for a CPU"
-    out = dict(load1=os.getloadavg()[0])
-    try: out['cpu_pressure_avg10'] = float(Path('/proc/pressure/cpu').read_text().split()[1].split('=')[1])
-    except (OSError, IndexError, ValueError): pass
-    return out
-
-def wait_quiet(max_s:float, below:float=50.) -> float:
-    "Wait up to `max_s` seconds for the CPU pressure (avg10, %) to drop below `below`; the seconds waited"
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < max_s and load().get('cpu_pressure_avg10', 0) >= below: time.sleep(1)
-    return time.monotonic() - t0
-
-def trim():
-    "Give freed memory back to the OS"
-    gc.collect()
-    try: ctypes.CDLL('libc.so.6').malloc_trim(0)
-    except OSError: pass
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import HERE, make_state, tensors, flat, nbytes, fsync_file, load, wait_quiet, trim, machine, now, rotated
 
 # ------------------------------------------------------------------------------------------------------------
 # The methods: each returns (blocking seconds, total seconds, extra details)
@@ -230,8 +144,7 @@ def measure_size(mb:int, reps:int, root:Path, settle:float=0.2, quiet:float=0., 
     runs, machine_load = {m: [] for m in METHODS}, []
     try:
         for rep in range(-1, reps):                 # rep -1: warm-up, not recorded
-            k = max(rep, 0) % len(METHODS)
-            order = METHODS[k:] + METHODS[:k]       # rotated each repetition
+            order = rotated(METHODS, max(rep, 0))
             waited = wait_quiet(quiet) if rep >= 0 and quiet else 0.
             before = load()
             for m in order:
@@ -252,55 +165,33 @@ def measure_size(mb:int, reps:int, root:Path, settle:float=0.2, quiet:float=0., 
     del b, state; trim()
     return size
 
-GOALS = {
-    'async_blocking_over_memcpy': ('ddpsafe async blocking / memcpy into reused buffers', '<=', 1.2),
-    'sync_throughput_over_raw': ('ddpsafe sync throughput / raw sequential write + fsync throughput', '>=', 0.9),
-    'async_blocking_over_dcp_async': ('ddpsafe async blocking / DCP async_save blocking (defaults)', '<=', 0.4),
-    'async_blocking_over_dcp_async_cached': ('ddpsafe async blocking / DCP async_save blocking (cached stager)', '<', 1.0),
-    'async_total_over_sync': ('ddpsafe async total (until committed) / ddpsafe sync total', '<=', 1.3),
+GOALS = {   # name: (what, op, goal, (method, key) over (method, key)); a throughput ratio is the inverse of the times'
+    'async_blocking_over_memcpy': ('ddpsafe async blocking / memcpy into reused buffers', '<=', 1.2, ('ddpsafe_async', 'blocking'), ('memcpy', 'blocking')),
+    'sync_throughput_over_raw': ('ddpsafe sync throughput / raw sequential write + fsync throughput', '>=', 0.9, ('raw_write', 'total'), ('ddpsafe_sync', 'total')),
+    'async_blocking_over_dcp_async': ('ddpsafe async blocking / DCP async_save blocking (defaults)', '<=', 0.4, ('ddpsafe_async', 'blocking'), ('dcp_async', 'blocking')),
+    'async_blocking_over_dcp_async_cached': ('ddpsafe async blocking / DCP async_save blocking (cached stager)', '<', 1.0,
+                                             ('ddpsafe_async', 'blocking'), ('dcp_async_cached', 'blocking')),
+    'async_total_over_sync': ('ddpsafe async total (until committed) / ddpsafe sync total', '<=', 1.3, ('ddpsafe_async', 'total'), ('ddpsafe_sync', 'total')),
 }
 
+def meets(v:float, op:str, goal:float) -> bool: return bool(v <= goal if op == '<=' else v >= goal if op == '>=' else v < goal)
+
 def summarize(size:dict) -> dict:
-    "Medians per method, and the goal ratios, paired within each repetition"
+    "Medians per method, and the goal ratios: paired within each repetition, of the medians, of the minimums"
     runs, gb = size['runs'], size['bytes']/1e9
     med = {m: dict(blocking=statistics.median(r['blocking'] for r in rs), total=statistics.median(r['total'] for r in rs),
                    min_total=min(r['total'] for r in rs), max_total=max(r['total'] for r in rs)) for m, rs in runs.items()}
     for m in med: med[m]['total_gbps'] = gb/med[m]['total']; med[m]['blocking_gbps'] = gb/med[m]['blocking']
-    def paired(f): return [f(i) for i in range(len(runs['memcpy']))]
-    per_rep = {
-        'async_blocking_over_memcpy': paired(lambda i: runs['ddpsafe_async'][i]['blocking']/runs['memcpy'][i]['blocking']),
-        'sync_throughput_over_raw': paired(lambda i: runs['raw_write'][i]['total']/runs['ddpsafe_sync'][i]['total']),
-        'async_blocking_over_dcp_async': paired(lambda i: runs['ddpsafe_async'][i]['blocking']/runs['dcp_async'][i]['blocking']),
-        'async_blocking_over_dcp_async_cached': paired(lambda i: runs['ddpsafe_async'][i]['blocking']/runs['dcp_async_cached'][i]['blocking']),
-        'async_total_over_sync': paired(lambda i: runs['ddpsafe_async'][i]['total']/runs['ddpsafe_sync'][i]['total']),
-    }
-    of_medians = {
-        'async_blocking_over_memcpy': med['ddpsafe_async']['blocking']/med['memcpy']['blocking'],
-        'sync_throughput_over_raw': med['raw_write']['total']/med['ddpsafe_sync']['total'],
-        'async_blocking_over_dcp_async': med['ddpsafe_async']['blocking']/med['dcp_async']['blocking'],
-        'async_blocking_over_dcp_async_cached': med['ddpsafe_async']['blocking']/med['dcp_async_cached']['blocking'],
-        'async_total_over_sync': med['ddpsafe_async']['total']/med['ddpsafe_sync']['total'],
-    }
-    cpu_ratio = [a.get('blocking_cpu', 0)/m['cpu'] if m['cpu'] else None for a, m in zip(runs['ddpsafe_async'], runs['memcpy'])]
-    cpu_ratio = [r for r in cpu_ratio if r is not None]
     best = {m: dict(blocking=min(r['blocking'] for r in rs), total=min(r['total'] for r in rs)) for m, rs in runs.items()}
-    of_minimums = {
-        'async_blocking_over_memcpy': best['ddpsafe_async']['blocking']/best['memcpy']['blocking'],
-        'sync_throughput_over_raw': best['raw_write']['total']/best['ddpsafe_sync']['total'],
-        'async_blocking_over_dcp_async': best['ddpsafe_async']['blocking']/best['dcp_async']['blocking'],
-        'async_blocking_over_dcp_async_cached': best['ddpsafe_async']['blocking']/best['dcp_async_cached']['blocking'],
-        'async_total_over_sync': best['ddpsafe_async']['total']/best['ddpsafe_sync']['total'],
-    }
+    cpu_ratio = [a.get('blocking_cpu', 0)/m['cpu'] for a, m in zip(runs['ddpsafe_async'], runs['memcpy']) if m['cpu']]
     ratios = dict(async_blocking_over_memcpy_cpu_time=dict(
         what='the same, in CPU time of the process (less sensitive to other processes on the machine); not a goal',
         median_paired=statistics.median(cpu_ratio) if cpu_ratio else None, per_rep=cpu_ratio))
-    for k, (what, op, goal) in GOALS.items():
-        v = statistics.median(per_rep[k])
-        met = v <= goal if op == '<=' else v >= goal if op == '>=' else v < goal
-        b = of_minimums[k]
-        met_best = b <= goal if op == '<=' else b >= goal if op == '>=' else b < goal
-        ratios[k] = dict(what=what, goal=f'{op} {goal}', median_paired=v, of_medians=of_medians[k], of_minimums=b,
-                         per_rep=per_rep[k], met=bool(met), met_of_minimums=bool(met_best))
+    for k, (what, op, goal, (m, mk), (d, dk)) in GOALS.items():
+        per_rep = [x[mk]/y[dk] for x, y in zip(runs[m], runs[d])]
+        v, b = statistics.median(per_rep), best[m][mk]/best[d][dk]
+        ratios[k] = dict(what=what, goal=f'{op} {goal}', median_paired=v, of_medians=med[m][mk]/med[d][dk], of_minimums=b,
+                         per_rep=per_rep, met=meets(v, op, goal), met_of_minimums=meets(b, op, goal))
     return dict(median=med, best=best, ratios=ratios)
 
 # ------------------------------------------------------------------------------------------------------------
@@ -313,16 +204,6 @@ def filesystem(path:Path) -> dict:
         dev, mnt, typ, *_ = line.split()
         if (path == Path(mnt) or Path(mnt) in path.parents) and (best is None or len(mnt) > len(best[1])): best = (dev, mnt, typ)
     return dict(path=str(path), device=best[0], mount=best[1], type=best[2]) if best else dict(path=str(path))
-
-def machine() -> dict:
-    cpu = next((l.split(':', 1)[1].strip() for l in Path('/proc/cpuinfo').read_text().splitlines() if l.startswith('model name')), platform.processor())
-    mem = next((int(l.split()[1])*1024 for l in Path('/proc/meminfo').read_text().splitlines() if l.startswith('MemTotal')), None)
-    import safetensors, fastai, ddpsafe
-    try: commit = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=HERE, capture_output=True, text=True).stdout.strip()
-    except OSError: commit = None
-    return dict(cpu=cpu, cores=os.cpu_count(), mem_bytes=mem, platform=platform.platform(), python=platform.python_version(),
-                torch=torch.__version__, torch_threads=torch.get_num_threads(), safetensors=safetensors.__version__,
-                fastai=fastai.__version__, ddpsafe=ddpsafe.__version__, git_commit=commit)
 
 # ------------------------------------------------------------------------------------------------------------
 # Plots
@@ -377,9 +258,9 @@ def main(argv=None):
     if a.replot: return replot(Path(a.out))
     torch.manual_seed(0)
     root, out = Path(a.dir), Path(a.out); root.mkdir(parents=True, exist_ok=True); out.mkdir(parents=True, exist_ok=True)
-    results = dict(benchmark='checkpoint', date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+    results = dict(benchmark='checkpoint', date=now(utc=True),
                    machine=machine(), filesystem=filesystem(root), reps=a.reps, warmup_reps=1, methods=METHODS,
-                   goals={k: dict(what=w, goal=f'{op} {g}') for k, (w, op, g) in GOALS.items()},
+                   goals={k: dict(what=w, goal=f'{op} {g}') for k, (w, op, g, *_) in GOALS.items()},
                    settle_s=a.settle, quiet_wait_s=a.quiet, load_at_start=load(),
                    command=' '.join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]), sizes=[])
     print(f'writing to {results["filesystem"]}; torch {torch.__version__}, {torch.get_num_threads()} threads')

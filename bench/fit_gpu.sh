@@ -1,11 +1,6 @@
 #!/usr/bin/env bash
-# Issue 51 on one GPU, in one device call of about 5 minutes: the fastai fit with CheckpointCallback against the same fit
-# without it, batches loaded from the CPU by DataLoader workers (bench/fit_bench.py --gpu --host), then what slows the
-# steps beside a write (bench/fit_diagnose.py --gpu --host: stand-ins beside the fit, a shorter switch interval, a
-# torch.profiler trace). JSON files in bench/results/ (and in $OUT where set).
-#
-#   bash bench/fit_gpu.sh                 # from the repository root, on the GPU machine
-#   bash bench/fit_gpu.sh --device        # batches already on the device instead (no loader work beside the write)
+# Issue 51 on one GPU, in one device call of about 5 minutes: bench/fit_bench.py --gpu --host, then bench/fit_bench.py
+# --diagnose --gpu --host; JSON files in bench/results/ (and in $OUT where set). `--device`: batches already on the device.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -15,7 +10,7 @@ echo "cores $(nproc), python $(python3 -c 'import sys; print(sys.version.split()
 dir=$(mktemp -d)
 timeout -k 10 140 python3 bench/fit_bench.py --gpu $host --modes async,memory --reps 3 --budget 100 --dir "$dir" || echo "fit_bench.py: exit $?"
 [ -n "${OUT:-}" ] && cp bench/results/fit_gpu*.json "$OUT"/ 2>/dev/null
-timeout -k 10 170 python3 bench/fit_diagnose.py --gpu $host --reps 1 --standins gil,memcpy,disk,writer --dir "$dir" || echo "fit_diagnose.py: exit $?"
+timeout -k 10 170 python3 bench/fit_bench.py --diagnose --gpu $host --reps 1 --standins gil,memcpy,disk,writer --dir "$dir" || echo "fit_bench.py --diagnose: exit $?"
 rm -rf "$dir"
 [ -n "${OUT:-}" ] && cp bench/results/diagnose_gpu*.json* "$OUT"/ 2>/dev/null
 exit 0

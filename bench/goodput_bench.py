@@ -1,86 +1,16 @@
-"""Goodput under preemption: useful optimizer steps per second of a training job that is preempted again and again,
-against the same job left alone, and where the lost time goes.
+"""Goodput under preemption: useful optimizer steps per second of a job (`goodput_train.py`, 2 CPU ranks under `torchrun`)
+preempted again and again (`SCENARIOS`), against the same job left alone, and where the lost time goes (`SHARES`).
+Method and shares: the benchmarks page, "Goodput under preemption".
 
-    python bench/goodput_bench.py                                   # 5 scenarios of 10 minutes, one after the other: about 52 minutes
-    python bench/goodput_bench.py --seconds 90 --term-every 30 --kill-every 45 --save-every-seconds 15   # a smoke run, ~5 min
-    python bench/goodput_bench.py --scenarios sigterm --seconds 300
-    python bench/goodput_bench.py --parallel --seconds 360 --scenarios baseline,sigterm,sigkill,auto,memory   # all at once: ~7 min, 16 cores
-    python bench/goodput_bench.py --replot                          # the table and figure again, from --out
-    python bench/goodput_bench.py --imports-only                    # only the import-time measurement, into --out
-
-The job is `bench/goodput_train.py`: fastai + ddpsafe under the real `torchrun --nproc_per_node 2` (gloo on CPU,
-`OMP_NUM_THREADS=1`, and `CUDA_VISIBLE_DEVICES` empty: CPU only, on a machine with a GPU too), an MLP on random data
-(steps of about 10 ms here), plain `fit` with more epochs than any run lasts,
-`CheckpointCallback(every_epoch=None, every_seconds=--save-every-seconds)`. Five scenarios, each `--seconds` of wall
-time, one after the other (or, with `--parallel`, all at the same time, for a machine with cores to spare: each
-scenario's job has its own work folder, torchrun port and memory-tier folder; 2 ranks of one torch thread each):
-
-- `baseline`: the job left alone, started once through `examples/requeue.sh`.
-- `sigterm`: the job through `examples/requeue.sh CKPT torchrun ...`; every `--term-every` seconds (on a fixed grid from
-  the start) `SIGTERM` goes to the torchrun process, as a scheduler preempts a job: torchrun forwards it, every rank saves
-  at one step boundary and exits 75, `ddpsafe-status` says 75 and the recipe starts the same command again, which resumes.
-- `sigkill`: every `--kill-every` seconds `SIGKILL` goes to one rank (rank 1, then rank 0, alternately): the other rank
-  fails at its next collective, torchrun ends, the work since the last periodic checkpoint is lost. After a crash
-  `ddpsafe-status` says 1 (unfinished), on which `examples/requeue.sh` stops on purpose (a bug would fail again), so
-  here the benchmark's own loop stands in for the scheduler: it runs the same launch, asks the same `ddpsafe-status`, and
-  starts the job again on any status but 0 (finished) and 3 (stopped), as a cluster does that retries a job whose node
-  died (SLURM's `--requeue` after a node failure, a Kubernetes Job's `backoffLimit`).
-- `auto`: as `sigkill`, with `every_seconds='auto'`: ddpsafe chooses the interval (Daly's, from the measured cost of a
-  save and the failures in the checkpoints folder's launch history), and rank 0 says which and why; the job logs each
-  choice (`interval` events), and the results give, per launch, the intervals chosen and the last one.
-- `memory`: as `sigkill`, with the disk's `every_seconds=--save-every-seconds` and the memory tier besides,
-  `memory_every_steps=--memory-every-steps`, in a folder of its own in /dev/shm (removed at the end): after a SIGKILL
-  the job, started again on the same node, resumes from the newest tier, usually the memory tier's. Its saves are the
-  share `saves: memory`, apart from the disk's `saves`; the results say which tier each launch resumed from.
-
-If `requeue.sh` itself ends before the time is up (a signal that landed before the ranks installed their handlers
-leaves no new checkpoint, and the status can be 2), the benchmark starts it again and records that.
-
-Every launch goes through a tiny bash wrapper that stamps the launch time and then `exec`s torchrun (same pid, so the
-signal reaches torchrun itself); `ddpsafe-status` is reached through a shim on `PATH` that stamps its start and end. The
-ranks log their own events (`bench/goodput_train.py`: process start, imports, process group, resume, every step and
-save, exit). At `--seconds` the measurement window closes; the job is then stopped (`SIGTERM`, later `SIGKILL`), which
-is not counted.
-
-Useful steps: the global step of the final lineage at the end of the window (the newest launch's last step; if it has
-not stepped yet, the newest committed checkpoint's). Goodput = useful steps / window; its ratio to the baseline's.
-The window is cut into consecutive intervals of rank 0's timeline, each charged to what ended it:
-
-| share | interval ending at |
-|---|---|
-| useful steps | the step that counts: the last time each step number <= useful steps was done |
-| steps done twice | any other step: done again later after a resume, or lost (after the last checkpoint before a SIGKILL); a step cut short by a SIGKILL |
-| saves | `CheckpointCallback.save` to the disk (periodic, signal, end of fit) |
-| saves: memory | `CheckpointCallback.save` to the memory tier (`memory` only) |
-| start-up: launcher | the rank process's start (torchrun's own start-up, rendezvous, spawn) |
-| start-up: interpreter | the script's first line |
-| start-up: imports | import torch / fastai / ddpsafe, each |
-| start-up: init | data and model; the process group and DDP wrapper |
-| resume | `CheckpointCallback.before_fit` (claiming the folder, finding, verifying and loading the checkpoint), and the first step's time above the median step (drawing and dropping the batches already done, the loader's start) |
-| stop and exit | from the last step to fit's end and the interpreter's exit |
-| launcher shut-down | from rank 0's exit (its atexit handlers, before the interpreter's teardown; or its last event) until the launcher has exited: the ranks' interpreter teardown, torchrun's own shut-down |
-| requeue | `ddpsafe-status`, and the loop until the next launch |
-
-The intervals tile the window by construction; what checks the accounting is that every interval is >= 0 (the events
-are in order) and that the useful steps counted one by one equal the lineage's step. The import times are also
-measured apart, in fresh processes (`--import-reps`): wall time of each group of the script's imports, and `python -X
-importtime` of `ddpsafe.all` after torch and fastai, split into ddpsafe's own modules and the packages it pulls in.
-
-It runs where ddpsafe is only importable (`PYTHONPATH=` the repository; a relative entry is made absolute for the
-jobs, which run in their work folders, and the repository is added when ddpsafe is not importable at all) and where the
-console scripts are not on `PATH`: every child runs under `sys.executable`, and when its folder lacks `torchrun` or
-`ddpsafe-status`, shims in the work folder's `bin` (first on the jobs' `PATH`, which `examples/requeue.sh` uses) run
-`sys.executable -m torch.distributed.run` and `ddpsafe.cli.ddpsafe_status`.
-
-Results: `bench/results/goodput.json` (the accounting, per scenario and per launch), `bench/results/goodput.png` (the
-shares per scenario) and `bench/results/goodput_raw.json.gz` (rank 0's events, the launches, stamps and signals, which
-`--replot` reads); `--out` moves all three."""
+    python bench/goodput_bench.py --parallel --seconds 360       # all 5 at once (16 cores) -> results/goodput.json, .png
+    python bench/goodput_bench.py --replot                       # the table and figure again from results/goodput*.json*"""
 from __future__ import annotations
 import os, sys, gzip, json, time, shutil, signal, socket, argparse, platform, datetime, statistics, subprocess, tempfile, importlib.util
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import HERE, write_json
 ROOT = HERE.parent
 TRAIN, REQUEUE = HERE/'goodput_train.py', ROOT/'examples'/'requeue.sh'
 BIN = Path(sys.executable).parent
@@ -181,8 +111,8 @@ class Job:
     def launch_cmd(self) -> list:
         c = self.config
         mem = ['--memory-every-steps', str(c['memory_every_steps']), '--memory-path', c['memory_path']] if self.memory else []
-        return ['bash', '-c', WRAP, 'launch', self.torchrun, '--nproc_per_node', '2', '--master_port', str(self.port), str(TRAIN), str(self.job),
-                '--every-seconds', str(c['every_seconds']), *mem, '--hidden', str(self.a.hidden)] + ['--fast-exit']*self.a.fast_exit
+        return ['bash', '-c', WRAP, 'launch', self.torchrun, '--nproc_per_node', '2', '--master_port', str(self.port), str(TRAIN),
+                str(self.job), '--every-seconds', str(c['every_seconds']), *mem]
     def start(self, cmd:list) -> subprocess.Popen:
         p = subprocess.Popen(cmd, stdout=self.out, stderr=subprocess.STDOUT, start_new_session=True, env=self.env, cwd=self.job)
         self.procs.append(p)
@@ -443,11 +373,11 @@ def raw_path(out:Path) -> Path: return out.with_name(out.stem + '_raw.json.gz')
 
 def report(res:dict, out:Path):
     "Write the results (the raw events apart, compressed), print the table, draw the figure"
-    out.parent.mkdir(parents=True, exist_ok=True)
     res = dict(res)
     if (raw := res.pop('raw', None)):
+        out.parent.mkdir(parents=True, exist_ok=True)
         with gzip.open(raw_path(out), 'wt') as f: json.dump(raw, f)
-    out.write_text(json.dumps(res, indent=1))
+    write_json(out, res)
     if res.get('scenarios'):
         print(table(res))
         plot(res, out.with_suffix('.png'))
@@ -469,24 +399,17 @@ def main(argv=None):
     p.add_argument('--save-every-seconds', type=float, default=30., help="the job's CheckpointCallback(every_seconds=...), in every scenario but auto (default 30)")
     p.add_argument('--memory-every-steps', type=int, default=100, help="memory: the job's CheckpointCallback(memory_every_steps=...) (default 100: about 1-2 s of steps)")
     p.add_argument('--parallel', action='store_true', help='run the scenarios all at the same time (a machine with 2 cores per scenario and more to spare)')
-    p.add_argument('--hidden', type=int, default=512, help="the MLP's hidden width (default 512)")
-    p.add_argument('--fast-exit', action='store_true', help="the ranks skip the interpreter's teardown (os._exit after atexit): what that saves")
     p.add_argument('--import-reps', type=int, default=3, help='fresh processes timing the imports (0: skip)')
     p.add_argument('--out', default=str(HERE/'results'/'goodput.json'), help='results JSON; the figure goes beside it (.png)')
     p.add_argument('--workdir', default=None, help='where the jobs run and log (default: a temporary folder, removed unless --keep)')
     p.add_argument('--keep', action='store_true', help='keep the work folder (the jobs\' event logs and output)')
     p.add_argument('--replot', action='store_true', help='only recompute the accounting, table and figure from --out')
-    p.add_argument('--imports-only', action='store_true', help='only measure the imports, into --out (keeping its scenarios)')
     a = p.parse_args(argv)
     out = Path(a.out)
     if a.replot:
         res = json.loads(out.read_text())
         with gzip.open(raw_path(out), 'rt') as f: res['raw'] = json.load(f)
         res['scenarios'] = {k: account(v) for k, v in res['raw'].items()}
-        return report(res, out)
-    if a.imports_only:
-        res = json.loads(out.read_text()) if out.exists() else dict(benchmark='goodput')
-        res['imports'] = import_costs(a.import_reps or 3)
         return report(res, out)
     names = a.scenarios.split(',')
     if unknown := set(names) - set(SCENARIOS): p.error(f'unknown scenarios {sorted(unknown)}')
@@ -498,7 +421,7 @@ def main(argv=None):
                             platform=platform.platform(), python=platform.python_version(), torch=torch.__version__, uptime_before=uptime()),
                parallel=a.parallel, seconds=a.seconds, term_every=a.term_every, kill_every=a.kill_every, save_every_seconds=a.save_every_seconds,
                memory_every_steps=a.memory_every_steps,
-               hidden=a.hidden, fast_exit=a.fast_exit, ranks=2, backend='gloo', torch_threads_per_rank=1, raw={})
+               hidden=512, fast_exit=False, ranks=2, backend='gloo', torch_threads_per_rank=1, raw={})
     t = time.time()
     try:
         if a.parallel:

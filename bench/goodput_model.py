@@ -6,16 +6,9 @@ done again after a failure, and to restarts, fed with the costs `bench/goodput_b
     python bench/goodput_model.py --json out.json          # the same, as JSON
     python bench/goodput_model.py --survives 0.5           # half the failures are ones the memory tier survives
 
-Runs nothing: arithmetic over a result file, in a fraction of a second.
-
-The model (Young's, as `ddpsafe.interval.waste`, with a second tier). Failures come at random (a Poisson process) once
-every `M` seconds; a fraction `f` of them are ones the memory tier survives (a process dies and the job starts again on
-the same node: a SIGKILL, an out-of-memory kill, a crash), the rest lose the node (and `/dev/shm` with it). The disk
-takes a checkpoint every `tau_d` seconds, each blocking training `c_d` seconds; the memory tier one every `tau_m`
-seconds (`memory_every_steps` x the step time), each blocking `c_m`. Each failure costs a restart `R` (from the failure
-to training again: the survivors noticing, the launcher's shut-down, the requeue, start-up and resume) and the work since
-the newest checkpoint a resume can use, on average half the interval between them: `min(tau_m, tau_d)/2` for a failure
-the tier survives, `tau_d/2` for the others. The share of the time lost is
+Runs nothing: arithmetic over a result file. The model (Young's, as `ddpsafe.interval.waste`, with a second tier): failures
+every `M` s, a share `f` of them survived by the memory tier; the disk every `tau_d` s at `c_d` a save, the tier every `tau_m`
+s at `c_m`; each failure costs a restart `R` and the work since the newest usable checkpoint. The share of the time lost is
 
     saves    c_d/tau_d + c_m/tau_m
     redo     (f*min(tau_m, tau_d)/2 + (1-f)*tau_d/2) / M
@@ -29,11 +22,7 @@ gains `f*tau_d/(2M) - sqrt(2*c_m*f/M)` (its floors aside): it pays off only when
 saves more than twice the tier's best interval apart. With the disk at its own best interval, sqrt(2*c_d*M), that is
 `c_d > 4*c_m/f`: a disk save must block training more than 4 times as long as a memory save.
 
-What the model leaves out: steps slowed beside a background write (on a GPU, 1.14-1.17x beside a memory-tier write in
-issue 51's fit; add that slowdown x the write's seconds to `c`), a failure during a restart or a save, a save's cost
-that varies with the state's size (here one measured state: pass `--c-memory` and `--c-disk` for yours), and failures
-with a warning (a SIGTERM before a preemption loses no step: the signal's checkpoint holds them all, with or without
-the tier).
+Method, assumptions and what the model leaves out: the benchmarks page, "Goodput at realistic failure rates".
 
 Inputs, from one run of `goodput_bench.py` (`--results`), each from its `memory` scenario (the disk every
 `save_every_seconds`, the memory tier every `memory_every_steps`, a SIGKILL of a rank every `kill_every` seconds):

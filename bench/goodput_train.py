@@ -1,38 +1,12 @@
-"""One rank of the training job that `bench/goodput_bench.py` preempts: fastai + ddpsafe under `torchrun`, logging when each
-part of its life happened.
+"""One rank of the job `goodput_bench.py` preempts: an MLP on random data, `fit` in `learn.distrib_ctx()` (gloo, CPU) with
+`CheckpointCallback(every_epoch=None, every_seconds=S|auto)` and optionally the memory tier.
 
     GOODPUT_LOG=DIR GOODPUT_LAUNCH=N torchrun --nproc_per_node 2 bench/goodput_train.py PATH [--every-seconds 30|auto]
-        [--memory-every-steps N [--memory-path DIR]] [--hidden 512] [--fast-exit]
+        [--memory-every-steps N [--memory-path DIR]] [--hidden 512]
 
-An MLP (256 -> hidden -> hidden -> 1) on random data, fastai `DataLoaders` (no worker processes), 64 items per rank and
-batch, 400 batches per epoch and more epochs than any run lasts, trained with plain `fit` inside `learn.distrib_ctx()`
-(gloo on CPU; run it with `OMP_NUM_THREADS=1`) and a `CheckpointCallback(every_epoch=None, every_seconds=S)` saving to
-`PATH/checkpoints`: periodic saves bound the work a `SIGKILL` loses, a `SIGTERM` saves and exits 75. `--every-seconds
-auto` lets ddpsafe choose the interval (Daly's, from the measured save cost and the folder's launch history);
-`--memory-every-steps N` adds the memory tier (`memory_every_steps=N`, in `--memory-path`, by default one of the run's
-own in /dev/shm), which a restart on the same node resumes from when it is the newest.
-
-Every rank appends one JSON line per event to `DIR/launch{N}.rank{r}.jsonl` (line-buffered: a `SIGKILL` loses at most
-the line being written), each with `t` = `time.time()`:
-
-    proc             the process's start, from /proc/self/stat (10 ms resolution), with `pid`
-    py_start         the first line of this script ran
-    import_torch, import_fastai, import_ddpsafe    each group of imports done
-    learner          data and model built
-    fit_start        `CheckpointCallback.before_fit` begins (the process group is up, the model wrapped in DDP)
-    resume_start, resume_end    around `CheckpointCallback._resume` (finding, verifying and loading a checkpoint), `step` = where it resumed
-    fit_ready        `before_fit` done: the loop starts (a resume first draws and drops the batches already done)
-    save_start, save_end        around every `CheckpointCallback.save`, `step`, `reason` ('memory' for the memory tier's), `saved`
-    interval         rank 0, with `--every-seconds auto`: each interval chosen, `seconds`, `rule`, `c`, `m`, `r`, and `note`,
-                     the line rank 0 prints (it prints it only when the interval moved by more than 1.5x); not a boundary
-                     of the accounting
-    step             after every optimizer step (after a save at that step), `g` = the global step
-    fit_end, exit    `fit` returned or raised; the interpreter's exit (atexit: not after a SIGKILL), before its teardown
-
-`--fast-exit` ends the process with `os._exit` once the atexit handlers have run, skipping the interpreter's teardown of
-torch, fastai and the rest (seconds on a loaded machine), to measure what that would save.
-
-`GOODPUT_LAUNCH` (set by the benchmark's launch wrapper) numbers the launches of one job."""
+Each rank appends a JSON line per event (`ev`, `t` = `time.time()`) to `DIR/launch{N}.rank{r}.jsonl`: `proc`, `py_start`,
+`import_torch`, `import_fastai`, `import_ddpsafe`, `learner`, `fit_start`, `resume_start`, `resume_end` (`step`),
+`fit_ready`, `save_start`/`save_end` (`step`, `reason`, `saved`), `interval` (rank 0, `auto`), `step` (`g`), `fit_end`, `exit`."""
 import time; T_PY = time.time()                       # noqa: E702  the first thing this process does
 import os, sys, json, atexit, argparse
 
@@ -67,7 +41,6 @@ def parse_args(argv=None):
     p.add_argument('--hidden', type=int, default=512, help='width of the two hidden layers')
     p.add_argument('--batches', type=int, default=400, help='training batches per rank and epoch')
     p.add_argument('--epochs', type=int, default=10000)
-    p.add_argument('--fast-exit', action='store_true', help="after fit, run the atexit handlers, flush, and os._exit: no interpreter teardown")
     return p.parse_args(argv)
 
 def main(argv=None):
@@ -134,13 +107,4 @@ def main(argv=None):
                                                           memory_every_steps=a.memory_every_steps, memory_path=a.memory_path))
     finally: ev('fit_end')
 
-if __name__ == '__main__':
-    if '--fast-exit' not in sys.argv[1:]: main()
-    else:                                                 # what skipping the interpreter's teardown (about 1 s for torch alone) saves
-        try: main(); code = 0
-        except SystemExit as e: code = e.code if isinstance(e.code, int) else 1
-        except BaseException:
-            import traceback; traceback.print_exc(); code = 1
-        atexit._run_exitfuncs()
-        sys.stdout.flush(); sys.stderr.flush()
-        os._exit(code)
+if __name__ == '__main__': main()

@@ -1,39 +1,15 @@
-"""GPU figures in one run, for one device call: the CUDA tests, async blocking time, steps beside a background write,
-resume time. Writes ONE JSON file (`bench/results/gpu.json` by default), rewritten after every measurement, so that a
-run cut short still leaves what it measured; the benchmarks page renders it with the card's name (`device.name`):
-`python bench/gpu_bench.py --render bench/results/gpu.json` prints that markdown.
+"""GPU figures in one device call, one JSON rewritten after every measurement (a run cut short keeps what it measured):
+1. `test_cuda`: `pytest tests/test_cuda.py` within `--test-seconds` (skipped is not passed);
+2. `async_blocking`: CUDA states of `--sizes` GB, `pinned_d2h` (the floor), `ddpsafe_async`, `dcp_async`, `torch_save`
+   (`checkpoint_bench.Bench` on the device), ratios per repetition (goal ddpsafe / pinned_d2h <= 1.2);
+3. `steps_beside_write`: a device MLP step alone and beside a `--step-state` GB background write;
+4. `resume`: `resume_bench.py`'s two loaders into a model on the device.
+Each part is skipped, and says so, when the time left (`--budget`) is too short. Run on one NVIDIA H200 (2026-11-26);
+never since. Method: the benchmarks page, "On a GPU".
 
-Run on one NVIDIA H200 (2026-11-26, two device calls: the second with `--merge` of the first, for the parts the first had
-no time left for); CI checks the code paths on the CPU (`--cpu-smoke`, tests/test_gpu_bench.py). Read the JSON's `errors`
-and `skipped` before trusting a figure.
-
-    bash bench/gpu_bench.sh                          # on a GPU machine: everything, planned within 420 s, killed at 460 s
-    python bench/gpu_bench.py --cpu-smoke --out X    # the same code paths on the CPU, tiny sizes, seconds
+    bash bench/gpu_bench.sh                          # on a GPU machine -> results/gpu.json; then --render it
     bash bench/gpu_bench.sh --merge bench/results/gpu.json --parts resume --test-k fsdp   # measure again what a cut run missed
-
-Parts, in this order but for the biggest state, measured last (each one is skipped, and says so in the JSON, when the time
-left is too short; a repetition is not started when less than 1.5 times the last one's time is left):
-1. `test_cuda`: `python -m pytest tests/test_cuda.py`, bounded by `--test-seconds`; counts of passed / failed / skipped
-   (skipped is not passed: on a machine without CUDA they are all skipped, and the JSON says so).
-2. `async_blocking`: CUDA states of `--sizes` GB (1, 4, 16), fp32 tensors shaped like a model and its Adam state
-   (`checkpoint_bench.make_state`), moved to the GPU. Methods, reused from `checkpoint_bench.Bench` where they exist:
-   - `pinned_d2h`: the state copied into preallocated pinned host buffers (`copy_(non_blocking=True)`, then a device
-     synchronize): the physical limit of any blocking snapshot.
-   - `ddpsafe_async`: `StateBuffers.copy` (pinned, reused) and the hand-off of `write_checkpoint` to an `AsyncWriter`
-     (what `CheckpointCallback(async_save=True)` blocks on); total = until the checkpoint is committed.
-   - `dcp_async`: `torch.distributed.checkpoint.async_save` with its defaults (it stages to a new CPU copy each call).
-   - `torch_save`: `torch.save` of the CUDA state + fsync (blocking = total).
-   Ratios per repetition, then the median: ddpsafe / pinned_d2h (goal <= 1.2), dcp_async / ddpsafe, torch_save / ddpsafe.
-   Buffers are allocated before the first timed repetition (a training run's first save pays for that once).
-3. `steps_beside_write`: an MLP training step on the device (forward, backward, Adam, synchronized), timed alone and
-   while `ddpsafe` writes a `--step-state` GB checkpoint of a GPU state on its background thread; ratio of medians
-   (the `async_step_bench.py` method, on the device).
-4. `resume`: `resume_bench.py`'s two loaders (`torch.load` + `load_state_dict`, and ddpsafe's `choose_checkpoint` ...
-   `load_weights`, optimizer, RNG) into a model whose weights live on the device; the optimizer's state is loaded as each
-   loader leaves it (on the CPU for both). Ratio ddpsafe / torch_load per repetition.
-
-`--cpu-smoke` runs every part on the CPU with MB instead of GB and a tiny MLP: it checks the code paths and the JSON, not
-speed (its figures mean nothing, and the JSON says `cpu_smoke: true`)."""
+    python bench/gpu_bench.py --cpu-smoke --out X    # the same code paths on the CPU, MB for GB: not speed"""
 from __future__ import annotations
 import os, sys, json, time, shutil, argparse, platform, datetime, statistics, tempfile, subprocess, traceback
 from pathlib import Path
@@ -42,21 +18,11 @@ import torch
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from checkpoint_bench import Bench, make_state, tensors, fsync_file, trim   # the state and methods of the save benchmark
-from async_step_bench import timed_steps                                    # the step timing of the background-write benchmark
+from harness import make_state, tensors, fsync_file, trim, sync, device_facts
+from checkpoint_bench import Bench   # the methods of the save benchmark
 from resume_bench import learner_state, save_both, torch_load, ddpsafe_resume, timed   # the loaders of the resume benchmark
 
 PARTS = ('test_cuda', 'async_blocking', 'steps_beside_write', 'resume')
-
-def sync(device):
-    if device.type == 'cuda': torch.cuda.synchronize(device)
-
-def device_facts(device) -> dict:
-    "What the JSON says about the device: the card's name, its memory, the CUDA and torch versions"
-    if device.type != 'cuda': return dict(type='cpu', name=platform.processor() or platform.machine(), cpus=os.cpu_count())
-    p = torch.cuda.get_device_properties(device)
-    return dict(type='cuda', name=p.name, memory_gb=round(p.total_memory / 2**30, 1), count=torch.cuda.device_count(),
-                cuda=torch.version.cuda, capability=f'{p.major}.{p.minor}', cpus=os.cpu_count())
 
 # ------------------------------------------------------------------------------------------------------------
 # 1. tests/test_cuda.py
@@ -162,6 +128,13 @@ def measure_async(gb:float, reps:int, device, folder:Path, unit:int, left) -> di
 
 # ------------------------------------------------------------------------------------------------------------
 # 3. steps beside a background write
+
+def timed_steps(step, n:int|None=None, until=None) -> list:
+    "Step times: `n` steps, or steps until `until()` is true"
+    out = []
+    while (n is not None and len(out) < n) or (until is not None and not until()):
+        t0 = time.perf_counter(); step(); out.append(time.perf_counter() - t0)
+    return out
 
 def device_trainer(device, width:int, batch:int):
     "A synchronized MLP training step on `device`: forward, backward, Adam"

@@ -1,22 +1,10 @@
-"""DataLoader workers forked beside gloo's threads: how many 40-epoch fits hang, stock fastai against ddpsafe; and what
-ddpsafe's watch over each worker start costs.
+"""DataLoader workers forked beside gloo's threads: how many 40-epoch `torchrun` fits on 2 ranks hang (no new epoch for
+`--stall` s), stock fastai against ddpsafe, alternately, beside `--busy` spinning processes; and what ddpsafe's watch over
+a worker start costs (200 starts with and without it, over the fit's epoch time). Goal (issue 31): 0 hangs, <= 1%.
+Method: the benchmarks page, "DataLoader workers forked beside gloo: hangs".
 
-    python bench/hang_bench.py                      # 10 runs each, 40 epochs, 2 busy loops beside them
-    python bench/hang_bench.py --runs 4 --epochs 20 # shorter
-    python bench/hang_bench.py --start-cost-only    # only the cost of the watch
-
-Each run is `torchrun --nproc_per_node 2` of a small fastai fit (`Linear(4,1)` on 128 generated items, bs 8, fastai
-`DataLoaders` with `num_workers=2`: 2 forks per rank per epoch for training, 2 for validation) inside `distrib_ctx`,
-while `--busy` processes spin on the CPU (the hang shows under load). `stock` is fastai alone, with the two changes fastai
-needs to run DDP on a CPU (`ACCELERATE_USE_CPU=1`, and `DistributedDL._broadcast` without `.cuda()`); `ddpsafe` imports
-`ddpsafe.all` and attaches `CheckpointCallback`. A run whose ranks print no new epoch for `--stall` seconds is counted as
-hung and killed. The modes alternate run by run.
-
-The start cost: in one process, a torch `DataLoader` with 2 forked workers started 200 times (an epoch start each),
-timed from `iter()` to the first batch, with ddpsafe's watch and with the watch switched off, alternately; the
-difference over the benchmark fit's epoch time. Goal (issue 31): 0 hangs with ddpsafe, a start cost <= 1% of an epoch.
-
-Results: `bench/results/hangs.json`."""
+    python bench/hang_bench.py --runs 10 --epochs 40      # -> results/hangs.json
+    python bench/hang_bench.py --start-cost-only          # only the watch's cost, into the same file"""
 from __future__ import annotations
 import os, sys, json, time, signal, argparse, platform, datetime, statistics, subprocess, tempfile
 from pathlib import Path

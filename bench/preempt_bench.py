@@ -1,51 +1,18 @@
-"""What `CheckpointCallback`'s stop-request agreement costs per training step: one non-blocking gloo all-reduce of
-five int32 values started at a step boundary and read one step later (`ddpsafe.preempt.StopRequests.poll`), at most
-`poll_seconds` apart (`POLL_SECONDS`, 0.25 s, by default), or at every step with `poll_seconds=0`.
+"""What `CheckpointCallback`'s stop-request agreement (`StopRequests.poll`) costs a training step, on 2 CPU ranks: the
+same DDP fit `plain`, `polling` and `bare_poll`, rotated; `poll()` timed alone; `--at-default`: the callback at its
+defaults against none at padded step lengths, and the delay from a SIGTERM to its checkpoint. Method: the benchmarks
+page, "Preemption: the per-step stop-request agreement".
 
-    python bench/preempt_bench.py --at-default      # the callback at its defaults vs none, 4/10/50 ms steps, 7 reps; SIGTERM delays
-    python bench/preempt_bench.py --at-default --reps 9 --run-seconds 2 --step-ms 4,10,50
-    python bench/preempt_bench.py                   # 2 CPU ranks, two model sizes, 6 repetitions
-    python bench/preempt_bench.py --reps 4 --steps 100
-    python bench/preempt_bench.py --polls-only      # only the poll() timings again, into the existing results
-    python bench/preempt_bench.py --polls-only --poll-seconds 0.1,0.5    # with these poll_seconds (default 0.1,0.25)
-
-Two measurements, on 2 CPU ranks joined by gloo (`ddpsafe.testing.run_ranks`, one torch thread per rank):
-
-1. Training throughput, A/B: the same DDP training (fastai `distrib_ctx`, an MLP on synthetic data) run as
-   `plain` (no ddpsafe callback), as `polling` (`CheckpointCallback(every_epoch=None, every_steps=None)`: no periodic
-   save, only the per-step stop-request round) and as `bare_poll` (a callback that only calls `StopRequests.poll`, to
-   tell the all-reduce from the rest of the callback). All three run in every repetition (order rotated each time);
-   steps/s is timed between training steps only (after a few warm-up steps), so the final checkpoint that
-   `CheckpointCallback` writes at the end of fit is not counted. Overhead = plain steps/s / polling steps/s - 1, paired
-   per repetition, median and a bootstrap 95% interval over repetitions.
-2. The call itself: `StopRequests.poll()` timed on its own, with a step's worth of busy work and a small all-reduce
-   (standing for the gradients', which keeps DDP ranks in lockstep) between calls as in training (so the all-reduce
-   started at one step can finish before the next step reads it), and back to back (each
-   call then waits a full all-reduce round trip). Estimated overhead = poll time (median, and mean) / plain step time.
-   The same with `StopRequests(poll_seconds=s)` (`CheckpointCallback(poll_seconds=s)`) for each `--poll-seconds` s
-   (0.1 and 0.25 by default), where one round spans about s seconds of steps: the mean of its calls is the cost per step.
-
-At the default settings (`--at-default`, into `bench/results/preempt_default.json`): a tiny MLP whose training steps are
-padded with busy work after the forward pass (standing for compute; the padding is calibrated once from the unpadded step,
-the fastest of 3 short runs on the slower rank) to 4, 10 and 50 ms, trained on 2 ranks as `plain` (no callback) and with `CheckpointCallback` at its
-defaults (no periodic save), the two in alternating order in each repetition; ratio = plain steps/s / callback steps/s
-(the step time with the callback over without), the slower rank's, per repetition: median, min, max and a bootstrap 95%
-interval. Within each callback run, the time spent in its `after_batch` (where the rounds start and are read) is
-summed over the timed steps, and of it the time in `StopRequests.poll` (the agreement itself): their share of the run's
-time, the rank that spends most, per repetition; a direct measure that
-a shared machine's drifting load blurs far less than the A/B ratio. Then, per repetition and step length, a third run with the callback where rank 1 sends itself SIGTERM at a random
-moment 0.2-0.8 s after the warm-up: the delay from the `os.kill` to the moment the signal's checkpoint begins, and whether
-both ranks began it at the same step. The bound it is checked against is max(poll_seconds, step) + step. `uptime` before
-and after is recorded beside the results: on a shared machine, read the load with the numbers.
-
-Results: `bench/results/preempt.json`, `bench/results/preempt_default.json`."""
+    python bench/preempt_bench.py --reps 6                     # -> results/preempt.json
+    python bench/preempt_bench.py --polls-only --poll-seconds 0.1,0.25    # only the poll() timings, into the same file
+    python bench/preempt_bench.py --at-default --reps 11       # -> results/preempt_default.json"""
 from __future__ import annotations
-import os, sys, json, time, random, argparse, platform, datetime, statistics, tempfile, shutil, warnings
+import os, sys, json, time, random, argparse, platform, statistics, tempfile, shutil, warnings
 from pathlib import Path
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import HERE, write_json, now
 
 MODELS = {   # name: (input features, hidden width, hidden layers, batch size per rank)
     'small':  (256, 512, 2, 64),
@@ -338,15 +305,14 @@ def run_paced(a) -> dict:
     uptime = lambda: subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()
     load_before, t0 = uptime(), time.time()
     ranks = run_ranks(paced_worker, n=2, args=(step_ms, a.reps, a.warmup, a.run_seconds, a.seed), timeout=3000)
-    res = dict(benchmark='preempt at default settings', date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+    res = dict(benchmark='preempt at default settings', date=now(utc=True),
                machine=dict(cores=os.cpu_count(), platform=platform.platform(), python=platform.python_version(), torch=torch.__version__,
                             uptime_before=load_before, uptime_after=uptime()),
                ranks=2, backend='gloo', torch_threads_per_rank=1, poll_seconds=poll, POLL_SECONDS=POLL_SECONDS, reps=a.reps,
                warmup_steps=a.warmup, run_seconds=a.run_seconds,
                command=' '.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
                step_lengths=summarize_paced(ranks, step_ms, poll), raw=ranks, seconds=time.time() - t0)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(res, indent=1, default=str))
+    write_json(a.out, res)
     print(f"load before: {res['machine']['uptime_before']}\nload after:  {res['machine']['uptime_after']}")
     for ms, r in res['step_lengths'].items():
         print(f"{ms} ms target ({r['plain_median_step_ms']:.1f} ms measured): step time with / without the callback, median {r['ratio_median']:.4f} "
@@ -369,7 +335,6 @@ def main(argv=None):
     p.add_argument('--step-ms', default=','.join(map(str, STEP_MS)), help='with --at-default: the step lengths, ms, comma separated')
     p.add_argument('--run-seconds', type=float, default=2.5, help='with --at-default: seconds of timed steps per run (at least 60 steps)')
     p.add_argument('--seed', type=int, default=0, help='with --at-default: the seed of the signal times')
-    p.add_argument('--resummarize', action='store_true', help='only recompute the summaries of an existing --out from its raw timings')
     p.add_argument('--polls-only', action='store_true', help="only time poll() again, at the step time of --out's shortest model, and resummarize")
     p.add_argument('--poll-seconds', default='0.1,0.25', help="the poll_seconds values to time poll() with as well, comma separated (default 0.1,0.25)")
     a = p.parse_args(argv)
@@ -382,31 +347,25 @@ def main(argv=None):
         res = json.loads(Path(a.out).read_text())
         gap = min(v['plain_median_step_ms'] for v in res['models'].values())/1e3
         for raw, polls in zip(res['raw'], run_ranks(poll_worker, n=2, args=(a.polls, gap, spans), timeout=1800)): raw.update(polls)
-        res.update(summarize(res['raw'], list(res['steps_per_run'])), polls_date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+        res.update(summarize(res['raw'], list(res['steps_per_run'])), polls_date=now(utc=True),
                    polls_command=' '.join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]))
-        Path(a.out).write_text(json.dumps(res, indent=1))
+        write_json(a.out, res)
         for i, q in enumerate(res['poll_per_rank']):
             print(f"rank {i}: poll() between steps mean {q['spaced_mean_us']:.0f} us, at {gap*1e3:.1f} ms steps; with poll_seconds " +
                   ', '.join(f"{k}: mean {v['spaced_mean_us']:.0f} us" for k, v in res['raw'][i]['poll_spaced_by'].items()))
-        return res
-    if a.resummarize:
-        res = json.loads(Path(a.out).read_text())
-        res.update(summarize(res['raw'], list(res['steps_per_run'])))
-        Path(a.out).write_text(json.dumps(res, indent=1))
         return res
     from ddpsafe.testing import run_ranks
     models = a.models.split(',')
     steps = {m: a.steps or dict(small=400, medium=150).get(m, 200) for m in models}
     t0 = time.time()
     ranks = run_ranks(worker, n=2, args=(models, steps, a.reps, a.warmup, a.polls, spans), timeout=3000)
-    res = dict(benchmark='preempt', date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+    res = dict(benchmark='preempt', date=now(utc=True),
                machine=dict(cores=os.cpu_count(), platform=platform.platform(), python=platform.python_version(),
                             torch=torch.__version__, load_at_end=os.getloadavg()),
                ranks=2, backend='gloo', torch_threads_per_rank=1, steps_per_run=steps, reps=a.reps, warmup_steps=a.warmup,
                command=' '.join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
                **summarize(ranks, models), raw=ranks, seconds=time.time() - t0)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(res, indent=1))
+    write_json(a.out, res)
     for m, r in res['models'].items():
         print(f'{m}: plain {r["median_steps_per_s"]["plain"]:.1f} steps/s ({r["plain_median_step_ms"]:.1f} ms/step), '
               f'polling {r["median_steps_per_s"]["polling"]:.1f} steps/s: overhead {r["overhead_pct_median_paired"]:+.2f}% '

@@ -1,33 +1,18 @@
-"""How long ddpsafe's resume takes against a plain `torch.load` of the same state, in one run.
+"""How long ddpsafe's resume takes against `torch.load` of the same state: a model of 17 bias-free Linear layers with
+fastai's `Adam` after one step; `torch_load` (one `torch.save` file, `load_state_dict`, the RNG states) and `ddpsafe`
+(`choose_checkpoint`, `read_checkpoint_file` of each file, `load_weights`, the optimizer, the RNG), alternately, each
+after freed memory went back to the OS; the ratio per repetition. Goal <= 1.2. Method: the benchmarks page, "Resume".
 
-    python bench/resume_bench.py                         # 100 MB and 500 MB states, 7 paired repetitions
-    python bench/resume_bench.py --sizes 100 --reps 3    # shorter
-    python bench/resume_bench.py --cold                  # from the disk: the page cache dropped before each load
-
-The model is 17 bias-free linear layers shaped like `checkpoint_bench.py`'s state, with fastai's `Adam` after one step
-(so the optimizer holds `grad_avg` and `sqr_avg` for every weight): about a third of the bytes are weights.
-- `torch_load` (the baseline): `torch.load` of one file holding the model's `state_dict`, the optimizer's and the RNG
-  states (written by `torch.save`), then `load_state_dict` into the model and the optimizer, then the RNG states set.
-- `ddpsafe`: what `CheckpointCallback` does when a fit resumes, with the same public functions: `choose_checkpoint`
-  (list the folder, verify the newest checkpoint's sizes and checksums), `read_checkpoint_file` of `state.pt`,
-  `model.safetensors`, `optimizer.pt` and `rng.pt` with the manifest (`weights_only` loads straight from each file,
-  copied out of its memory map; the weights with `mapped=True`, copied once, into the model), `load_weights`, the optimizer's `load_state_dict`, `set_rng_state`.
-Both read from the page cache (the files were just written): the comparison is of the work, not of the disk; with
-`--cold` the page cache is dropped before each load (Linux, as root; the result says so where the OS refuses), so both
-read from the disk, as a job restarted on another node does (`resume_cold.json`). Every
-repetition runs both, alternately, each after freed memory has been given back to the OS (so that both pay for the
-page faults of fresh memory, as a resuming process does; without this, whichever ran first in a repetition paid for
-both); the ratio is per repetition, then min / median / max. Goal: <= 1.2.
-
-Results: `bench/results/resume.json`."""
+    python bench/resume_bench.py --sizes 100,500 --reps 7     # from the page cache -> results/resume.json
+    python bench/resume_bench.py --sizes 100,500 --cold       # as root on Linux: the page cache dropped before each load
+                                                              #   -> results/resume_cold.json"""
 from __future__ import annotations
-import os, sys, json, time, argparse, platform, datetime, statistics, tempfile, shutil
+import os, sys, time, argparse, platform, statistics, tempfile, shutil
 from pathlib import Path
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from checkpoint_bench import N_LAYERS, ROW, load, wait_quiet, trim
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import HERE, N_LAYERS, ROW, load, wait_quiet, trim, timed, write_json, now
 
 def learner_state(mb:int):
     "A model and fastai `Adam` optimizer of about `mb` MB together, after one step"
@@ -75,9 +60,6 @@ def drop_page_cache() -> str|None:
     try: Path('/proc/sys/vm/drop_caches').write_text('1'); return None
     except OSError as e: return f'/proc/sys/vm/drop_caches: {e.strerror} (needs root on Linux)'
 
-def timed(f, *args) -> float:
-    t0 = time.perf_counter(); f(*args); return time.perf_counter() - t0
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--sizes', default='100,500', help='state sizes in MB, comma separated (default 100,500)')
@@ -116,11 +98,10 @@ def main():
               f"(goal <= 1.2: {'met' if s['met'] else 'MISSED'})", flush=True)
         sizes.append(s)
         shutil.rmtree(folder, ignore_errors=True)
-    out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
-    res = dict(date=datetime.datetime.now().isoformat(timespec='seconds'), command=' '.join(sys.argv),
+    res = dict(date=now(), command=' '.join(sys.argv),
                machine=dict(platform=platform.platform(), cpus=os.cpu_count(), torch=torch.__version__, threads=torch.get_num_threads()),
                page_cache='dropped before each load' if a.cold and not cold_refused else f'not dropped: {cold_refused}' if a.cold else 'warm: the files were just written',
                sizes=sizes)
-    (out/('resume_cold.json' if a.cold else 'resume.json')).write_text(json.dumps(res, indent=1))
+    write_json(Path(a.out)/('resume_cold.json' if a.cold else 'resume.json'), res)
 
 if __name__ == '__main__': main()

@@ -1,20 +1,9 @@
-"""Saving a checkpoint to S3: ddpsafe's commit on object storage against s3fs putting the same bytes, in one run,
-against a real S3 server on loopback (SeaweedFS, `ddpsafe.testing.S3TestServer`).
+"""Saving a checkpoint to S3 (a SeaweedFS server on loopback, `ddpsafe.testing.S3TestServer`): ddpsafe's `write_checkpoint`
+to an `s3://` URL against s3fs putting the same four files' bytes (serialized beforehand) in one `fs.pipe`, on
+`harness.make_state` states; both each repetition, order rotated, `s3fs_put / ddpsafe` paired. Method: the benchmarks
+page, "Saving to S3".
 
-    python bench/s3_bench.py                       # 100 MB and 500 MB states, 5 repetitions
-    python bench/s3_bench.py --sizes 100 --reps 3  # shorter
-
-The state is `checkpoint_bench.make_state` (a model and its Adam state, 51 fp32 tensors). Methods, each one save of it:
-- `s3fs_put`: the four files `CheckpointCallback` writes, serialized beforehand (not timed) and held in memory, uploaded
-  with one `fs.pipe({path: bytes})` call, which s3fs runs concurrently: the transfer alone, the floor for any save to
-  this server.
-- `ddpsafe`: `ddpsafe.manifest.write_checkpoint` to an `s3://` URL with the writers `CheckpointCallback` uses
-  (`checkpoint_writers`): serializing, hashing while uploading (the four files on `UPLOAD_THREADS` threads), the manifest
-  last: what `Saver._commit` (ddpsafe.saver) does before it rotates.
-Every repetition runs both, in an order rotated from one repetition to the next; the ratio `s3fs_put / ddpsafe` (the
-throughput of a ddpsafe save as a share of a plain upload) is paired within each repetition, then the median is taken.
-The server runs on the same 2 cores as the benchmark, so both methods share the machine with it alike.
-Results: `bench/results/s3.json`."""
+    python bench/s3_bench.py --sizes 100,500 --reps 5     # -> results/s3.json"""
 from __future__ import annotations
 import os, sys, json, time, argparse, platform, datetime, statistics, tempfile
 from pathlib import Path

@@ -1,45 +1,26 @@
-"""What writing a sharded model's checkpoint in shards changes, against gathering it whole to rank 0, on CPU ranks.
+"""A sharded model's checkpoint in shards against gathered whole to rank 0, on 2 CPU ranks: an FSDP2 MLP with fastai's
+`Adam`; `whole` (`model_weights`, `full_optimizer_state`, `write_checkpoint` on rank 0) against `shards` (`shard_state`,
+`write_in_shards`), and what an async save blocks for each way; the slowest rank's time and each rank's peak memory
+(`VmHWM`) over the state, order alternated, ratios per repetition. Method: the benchmarks page, "A sharded model".
 
-    python bench/shard_bench.py                          # 2 ranks, states of 100 MB and 300 MB (weights and Adam state), 5 repetitions
-    python bench/shard_bench.py --sizes 100 --reps 3     # shorter
-
-An MLP of fp32 `Linear` layers, sharded over the ranks with FSDP2 (`fully_shard` on each layer and the whole), with
-fastai's `Adam` after one step: its state is the weights and two tensors per weight. Each repetition makes, in an
-order alternated from one repetition to the next, on every rank at once:
-
-- whole: what a sharded model's checkpoint was before (and still is on object storage): the weights and optimizer state
-  gathered tensor by tensor to rank 0 (`model_weights`, `full_optimizer_state`), then `write_checkpoint` on rank 0;
-- shards: `shard_state` and `write_in_shards`, every rank writing its own pieces with DCP inside the same commit;
-- and what an asynchronous save blocks training for, each way: gathering whole into rank 0's reused buffers
-  (`learn.snapshot`), and each rank copying its own pieces into its reused buffers (`StateBuffers.copy`).
-
-For each it records the slowest rank's time, and each rank's peak resident memory above what it held before (Linux's
-`VmHWM`, reset before each measurement through `/proc/self/clear_refs`), over the whole state's size. The ratios are
-taken within each repetition. Results: `bench/results/shards.json`."""
+    python bench/shard_bench.py --sizes 100,300 --reps 5    # -> results/shards.json"""
 from __future__ import annotations
 import os, sys, json, time, shutil, argparse, platform, datetime, tempfile, statistics
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-
-def status(key:str) -> int:
-    "A `/proc/self/status` memory figure, in bytes"
-    return int(next(l for l in Path('/proc/self/status').read_text().splitlines() if l.startswith(key + ':')).split()[1]) * 1024
-
-def reset_peak():
-    "`VmHWM` back to the current resident memory"
-    Path('/proc/self/clear_refs').write_text('5')
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import HERE, status, reset_peak, trim
 
 def rank_main(mb:int, reps:int, folder:str) -> dict:
     "One rank's measurements (run by `run_ranks`)"
-    import gc, types, torch, ctypes
+    import types, torch
     from torch.distributed.fsdp import fully_shard
     from fastai.optimizer import Adam
     from ddpsafe.core import rank, on_main, barrier
-    from ddpsafe.checkpoint import model_weights, shard_state, rng_state
-    from ddpsafe.sharded import write_in_shards
+    from ddpsafe.checkpoint import model_weights, rng_state
+    from ddpsafe.shards import shard_state
+    from ddpsafe.sharded import write_in_shards, full_optimizer_state
     from ddpsafe.parts import checkpoint_writers
-    from ddpsafe.sharded import full_optimizer_state
     from ddpsafe.snapshot import StateBuffers
     from ddpsafe.manifest import write_checkpoint
     torch.manual_seed(0); torch.set_num_threads(1)
@@ -51,10 +32,10 @@ def rank_main(mb:int, reps:int, folder:str) -> dict:
     learn = types.SimpleNamespace(model=model, opt=opt)
     state_bytes = 3 * sum(p.numel() for p in model.parameters()) * 4
     whole_bufs, shard_bufs, out = StateBuffers(), StateBuffers(), []
-    trim = lambda: (gc.collect(), ctypes.CDLL('libc.so.6').malloc_trim(0))
 
     def whole():
-        files = checkpoint_files(model_weights(model), full_optimizer_state(opt.state_dict()), {}, [rng_state()])
+        files = checkpoint_writers({'model.safetensors': model_weights(model), 'optimizer.pt': full_optimizer_state(opt.state_dict()),
+                                    'state.pt': {}, 'rng.pt': [rng_state()]})
         on_main(write_checkpoint, Path(folder)/'whole', 1, files)
     def shards():
         s, skeleton = shard_state(learn)

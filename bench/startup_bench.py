@@ -1,52 +1,17 @@
-"""ddpsafe's share of a launch, side by side with stock fastai, in one run (issue 51, item 5; goal: at most 0.5 s more than stock on 2 ranks).
+"""ddpsafe's share of a launch beside stock fastai (issue 51, item 5; goal: at most 0.5 s more on 2 ranks): `torchrun` of
+`startup_train.py --variant stock|ddpsafe`, alternately, `--warmup` launches first; each rank stamps `POINTS`, a point
+counts when the last rank reaches it, and `phases` cut launch -> exit; differences ddpsafe - stock per repetition, then
+median, range, mean; `own_share` sums the phases where ddpsafe's code runs (`OWN`), `pieces` times ddpsafe's start-up
+functions. Method and phases: the benchmarks page, "Start-up beside stock fastai".
 
-    python bench/startup_bench.py                       # 2 CPU ranks, 5 repetitions of each variant (2 to 5 minutes on 2 shared cores)
-    python bench/startup_bench.py --reps 9 --nproc 2    # more repetitions
-    python bench/startup_bench.py --cpu-smoke --out X.json   # one launch of each variant, no warm-up: checks the code and the JSON, not speed
-
-Each launch is `torchrun --nproc_per_node N --standalone bench/startup_train.py --variant V` (torchrun next to this
-Python, else `python -m torch.distributed.run`), in a fresh learner folder, with a tiny fit (`Learner.fit(1)` of a small
-MLP over synthetic tensors in plain torch DataLoaders inside `learn.distrib_ctx(cpu=True)`). Variants:
-
-- `stock`: fastai 2.8.12 alone, with the one change it needs to run DDP on a CPU: `DistributedDL._broadcast` without
-  its `.cuda()` (see `startup_train.py`); accelerate starts the gloo group.
-- `ddpsafe`: the same script with `import ddpsafe.all` and `CheckpointCallback(every_epoch=1)` in the fit's `cbs` (its
-  first launch: nothing to resume; it saves once, at the epoch's end).
-
-The bench takes `time.time()` just before `subprocess.run` (the launch) and after it returns (the exit); each rank stamps
-the wall clock at its points (see `startup_train.py`), and a point counts as reached when the last rank reaches it (the
-latest stamp over ranks). Phases, contiguous, in seconds:
-
-    launch              launch -> the script's first statement (torchrun, the rendezvous, the interpreter)
-    imports             -> torch, fastai imported, and ddpsafe.all (also apart: imports_fastai, imports_ddpsafe)
-    init                -> inside distrib_ctx, just before `fit`: the learner built, the process group started (ddpsafe: its heartbeat too)
-    fit_to_first_step   -> the first training step's `after_batch`, after ddpsafe's; apart:
-        fit_setup           `fit` called -> first `before_fit` (ddpsafe: the check that every rank has the deciding callbacks, on its side group)
-        ddp_wrap            fastai's `DistributedTrainer.before_fit`: accelerate's `prepare` (DDP), the loaders wrapped; mostly the
-                            800-odd modules a first DDP imports lazily (torch._dynamo, sympy, mpmath: about 1.7 s of it on 2 cores)
-        before_fit_rest     the later `before_fit`s: Recorder... and ddpsafe's (folder claim, side group, resume lookup, signal handlers)
-        first_batch         the first batch: the loader's index broadcast, forward, backward (DDP's all-reduce), step, ddpsafe's `after_batch`
-    first_step_to_end   -> out of distrib_ctx (the other steps, the validation, ddpsafe: the epoch's checkpoint)
-    teardown            -> torchrun returned; apart:
-        exit_hooks          the atexit handlers (ddpsafe: heartbeat stopped, side groups destroyed, the rank's end told the store)
-        exit_rest           the interpreter's finalization, the processes' exit, torchrun's own
-    to_first_step       launch -> first step (the start-up: the goal's figure);  total: launch -> torchrun returned
-
-`own_share` sums, per repetition, the differences of the phases before the first step in which ddpsafe's code runs
-(`OWN`: imports_ddpsafe, init, fit_setup, before_fit_rest, first_batch); launch, imports_fastai and ddp_wrap run the
-same code in both variants (`same_code_diff` gives how far apart they still land: the noise of a shared 2-core machine).
-The goal is judged on both: `to_first_step`'s difference (`met`) and `own_share` (`own_met`).
-
-Within a repetition the variants run one after the other, the order alternating between repetitions; each difference is
-ddpsafe minus stock of the same repetition, summarised (median, min, max, mean) over repetitions. `--warmup` launches (default 1
-of each variant, not recorded) first fill the page cache. With ddpsafe, `pieces` gives the time inside ddpsafe's start-up
-functions (wrapped with timers by `startup_train.py`, ddpsafe unchanged; they nest: see `PIECES` there), the largest
-over ranks per launch. Result: `bench/results/startup.json` (`--out`)."""
+    python bench/startup_bench.py --reps 5 --nproc 2          # -> results/startup.json
+    python bench/startup_bench.py --cpu-smoke --out X.json    # one launch of each variant: the code and the JSON, not speed"""
 from __future__ import annotations
-import os, sys, json, time, shutil, argparse, platform, datetime, statistics, subprocess, tempfile
+import os, sys, json, time, shutil, argparse, platform, subprocess, tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import HERE, spread as mr, write_json, now
 ROOT = HERE.parent
 TRAIN = HERE/'startup_train.py'
 VARIANTS = ('stock', 'ddpsafe')
@@ -97,10 +62,6 @@ def one_launch(variant: str, a, rep: int) -> dict:
                     stamps={r['rank']: {k: v - t_launch for k, v in r['stamps'].items()} for r in ranks}, pieces=pieces,
                     saved=ranks[0]['ckpts'])
     finally: shutil.rmtree(work, ignore_errors=True)
-
-def mr(xs: list) -> dict|None:
-    xs = [x for x in xs if x is not None]
-    return dict(median=statistics.median(xs), min=min(xs), max=max(xs), mean=statistics.fmean(xs), n=len(xs)) if xs else None
 
 def summary(launches: list) -> dict:
     "Per variant, each phase's median and range; per repetition, ddpsafe minus stock, summarised; ddpsafe's pieces"
@@ -158,7 +119,7 @@ def main(argv=None):
     a.reps = a.reps if a.reps is not None else 1 if a.cpu_smoke else 5
     a.warmup = a.warmup if a.warmup is not None else 0 if a.cpu_smoke else 1
     out = Path(a.out or HERE/'results'/'startup.json')
-    res = dict(date=datetime.datetime.now().isoformat(timespec='seconds'),
+    res = dict(date=now(),
                command=' '.join(['bench/startup_bench.py'] + [x for x in (argv or sys.argv[1:])]), cpu_smoke=a.cpu_smoke,
                machine=dict(name=platform.processor() or platform.machine(), cpus=os.cpu_count()), versions=versions(),
                nproc=a.nproc, reps=a.reps, warmup=a.warmup, launcher=' '.join([Path(launcher(a.nproc)[0]).name] + launcher(a.nproc)[1:]),
@@ -172,7 +133,7 @@ def main(argv=None):
             l = one_launch(v, a, r); res['launches'].append(l)
             print(f'rep {r} {v:8} to_first_step {l["phases"]["to_first_step"]:.2f}s total {l["phases"]["total"]:.2f}s (load {l["load"]:.1f})', flush=True)
         res['summary'] = summary(res['launches'])
-        out.parent.mkdir(parents=True, exist_ok=True); out.write_text(json.dumps(res, indent=1))
+        write_json(out, res)
     print(table(res['summary']))
     return 0
 

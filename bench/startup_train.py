@@ -1,27 +1,10 @@
-"""One rank of the start-up benchmark (`bench/startup_bench.py`, issue 51 item 5): a tiny fastai fit, stock or with ddpsafe.
+"""One rank of `startup_bench.py`: `Learner.fit(1)` of a small MLP in `learn.distrib_ctx(cpu=True)`, `stock` (fastai alone,
+its `DistributedDL._broadcast` without `.cuda()`) or `ddpsafe` (`import ddpsafe.all`, `CheckpointCallback(every_epoch=1)`).
 
     torchrun --nproc_per_node 2 --standalone bench/startup_train.py --variant stock|ddpsafe --path DIR --out DIR [--no-attribute]
 
-Both variants run the same script: `Learner` (fastai.learner) on an MLP of two small Linear layers over synthetic tensors
-in plain torch DataLoaders, `with learn.distrib_ctx(cpu=True): learn.fit(1)`, no progress bar, no logging. They differ in:
-
-- `stock`: fastai 2.8.12 alone. Its `DistributedDL._broadcast` calls `.cuda()` (`LongTensor(t).cuda()`), which fails on a
-  CPU-only machine, so this script replaces that one method with the same three lines minus `.cuda()` (what ddpsafe's
-  patch does, `ddpsafe/learner.py`); nothing else of fastai is changed. Accelerate starts the gloo group (`cpu=True`).
-- `ddpsafe`: `import ddpsafe.all` after the same imports, and `CheckpointCallback(every_epoch=1)` in the fit's `cbs`
-  (a fresh `--path`, so the resume lookup finds nothing, as at a job's first launch). ddpsafe's `distrib_ctx` starts
-  the group itself and its heartbeat; `before_fit` makes the side group, claims the folder, looks for a checkpoint.
-
-Each rank writes `OUT/rank{r}.json`: `stamps`, wall-clock `time.time()` (shared by the ranks of one machine) at
-`start` (the script's first statement, before any import), `fastai_imported` (torch and fastai), `imported` (the
-variant's imports: ddpsafe.all too), `ctx` (inside `distrib_ctx`: the group started; just before `learn.fit`),
-`fit_start` (the first `before_fit`, order -1000), `ddp_wrapped` (order 12: after fastai's `DistributedTrainer`
-wrapped the model in DDP), `fit_ready` (order 1000: every `before_fit` done, ddpsafe's too), `first_step` (the first
-training `after_batch`, order 1000: after ddpsafe's), `fit_end` (out of `distrib_ctx`), `end` (last statement of
-`main`), `exit_hooks_done` (in the last atexit handler: registered first, it runs after ddpsafe's; it writes the record).
-With ddpsafe (unless `--no-attribute`) `pieces` holds time spent inside ddpsafe's start-up functions, timed by
-wrappers this script puts around them (ddpsafe's files are not changed): name -> calls, seconds (summed; the pieces nest,
-see `PIECES`), first (`time.time()` of the first call)."""
+Each rank writes `OUT/rank{r}.json`: `stamps` (`time.time()` at each of startup_bench's `POINTS`) and, with ddpsafe,
+`pieces` (calls, seconds and first call of ddpsafe's start-up functions, timed by wrappers: see `PIECES`)."""
 import time
 T_START = time.time()            # before any import: the launcher and the interpreter's start end here
 

@@ -33,9 +33,9 @@ def test_fit_bench_cpu_smoke(tmp_path, loader):
 
 @pytest.mark.timeout(300)
 def test_fit_diagnose_cpu_smoke(tmp_path):
-    "bench/fit_diagnose.py on the CPU, batches through DataLoader workers: every stand-in, the second switch interval, both profiles"
+    "bench/fit_bench.py --diagnose on the CPU, batches through DataLoader workers: every stand-in, the second switch interval, both profiles"
     out = tmp_path/'diag.json'
-    p = subprocess.run([sys.executable, str(ROOT/'bench'/'fit_diagnose.py'), '--cpu-smoke', '--host', '--out', str(out), '--dir', str(tmp_path)],
+    p = subprocess.run([sys.executable, str(ROOT/'bench'/'fit_bench.py'), '--diagnose', '--cpu-smoke', '--host', '--out', str(out), '--dir', str(tmp_path)],
                        capture_output=True, text=True, timeout=280)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     r = json.loads(out.read_text())
@@ -50,7 +50,7 @@ def test_fit_diagnose_cpu_smoke(tmp_path):
 def test_analyse_a_trace():
     "Per step from a Chrome trace: the GPU's busy time (overlaps counted once) and the training thread's wait after each synchronization"
     sys.path.insert(0, str(ROOT/'bench'))
-    from fit_diagnose import analyse
+    from fit_bench import analyse
     X = lambda ts, dur, name, cat, tid=1: dict(ph='X', ts=ts, dur=dur, name=name, cat=cat, tid=tid)
     trace = {'traceEvents': [X(0, 1, 'step:1:0', 'user_annotation'), X(100, 1, 'step:2:1', 'user_annotation'), X(200, 1, 'step:3:0', 'user_annotation'),
                              X(110, 40, 'k1', 'kernel', 7), X(130, 30, 'k2', 'kernel', 7),           # busy 110-160: 50 us

@@ -1,6 +1,6 @@
 """The writer leaves the GIL to training (issue 51): beside a background checkpoint write of a 256 MB state, no writer
 hold of the GIL lasts much over one switch interval (`sys.getswitchinterval()`, 5 ms), as the GIL probe
-(`bench/gil_probe.py`: a thread that sleeps 1 ms in a loop and records how late it wakes) sees it.
+(`bench/harness.py`'s `GILProbe`: a thread that sleeps 1 ms in a loop and records how late it wakes) sees it.
 
 A late wake also comes from a machine that gives the probe no CPU (2 shared cores in CI): each write is paired with a
 quiet stretch of the same length just before it, and what counts is the write's longest late wake over the quiet one's,
@@ -14,7 +14,7 @@ import safetensors.torch as st
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT/'bench'))
-from gil_probe import GILProbe
+from harness import GILProbe
 from ddpsafe.commit import FileWriter
 from ddpsafe.manifest import write_checkpoint
 from ddpsafe.parts import checkpoint_writers
