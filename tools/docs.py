@@ -7,16 +7,18 @@ nbdev does the notebook work (`proc_nbs`: front matter, directives, `show_doc`, 
 for the docs build only, through nbdev's user config (`$XDG_CONFIG_HOME/nbdev/config.toml`, written in `_docs_build/`):
 `renderer` (`ApiRenderer`: `class`/`def` signatures with a parameter table) and `doc_procs` (`clean_outputs`,
 `strip_internal`: outputs as a reader should see them). What is left here is glue: each processed notebook becomes
-`_docs_build/md/<page>.md` (nbdev's page names), the nav in sections, then `mkdocs build --strict`; and the reference
-as readers need it:
+`_docs_build/md/<page>.md` (nbdev's page names), the nav in sections (`_docs_build/nav.yml`: the hook `on_config`
+gives it to MkDocs, so `mkdocs.yml` is the one config), then `mkdocs build --strict`; and the reference as readers need it:
 - the API index (`api.md`): the public names grouped by task (`API_GROUPS`, the one list of them: the build fails when
   one has no entry), everything else below, collapsed, by module;
 - each module page opens with a "Use from this page" box of its public names; its other entries are labelled internal;
 - MkDocs hooks (this file, `on_config` / `on_page_content`): nbdev's anchors for show_doc headings (dunders included),
   inline code that breaks between names, never inside one, and a failed build for a heading that did not render.
+No MkDocs plugin does these jobs with less code (weighed in issue 58): literate-nav or awesome-nav would only read a
+nav still made here from the front matter; autorefs resolves `[name][]`, not nbdev's links nor their fallback anchors.
 """
 from __future__ import annotations
-import argparse, base64, enum, html, importlib, inspect, os, re, shutil, subprocess, sys, time, warnings
+import argparse, base64, enum, html, importlib, inspect, os, re, shutil, subprocess, sys, time, warnings, yaml
 from typing import NamedTuple
 from pathlib import Path
 from nbdev.showdoc import BasicMarkdownRenderer
@@ -25,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT/'tools'))
 from figures import substitute   # {{< var name >}}: a figure from its one source (tools/figures.py)
 BUILD, STATIC, SITE = ROOT/'_docs_build', ROOT/'docs_src', ROOT/'docs'   # staging (gitignored), extras, the site
-MD = BUILD/'md'                                                              # MkDocs' docs_dir
+MD, NAV = BUILD/'md', BUILD/'nav.yml'                                        # MkDocs' docs_dir, the nav
 SECTIONS = ['Tutorials', 'How-to recipes', 'Explanations', 'API reference', 'Benchmarks']   # nav order
 DEFAULT_SECTION = 'API reference'   # notebooks whose front matter names no `section`
 NBDEV_CFG = f'doc_procs = "docs:clean_outputs docs:strip_internal"\nrenderer = "docs.ApiRenderer"\n'
@@ -584,8 +586,8 @@ def user_first(name:str, md:str, refs:dict) -> str:
     return mark_internal(after_description(md, use_box(name, refs) or INTERNALS_NOTE), public)
 
 # ---------------------------------------------------------------------------------------------- build
-def write_pages(cache:Path) -> dict:
-    "Markdown for every processed notebook, the API index and `docs_src/`'s pages in `MD`; the nav, in sections"
+def write_pages(cache:Path):
+    "Markdown for every processed notebook, the API index and `docs_src/`'s pages in `MD`; the nav, in sections, in `NAV`"
     if MD.exists(): shutil.rmtree(MD)
     MD.mkdir(parents=True)
     pages = sorted((Page(p) for p in cache.glob('*.ipynb') if not p.name.startswith(('_', '.'))), key=lambda p: p.nb_path.name)
@@ -614,10 +616,11 @@ def write_pages(cache:Path) -> dict:
     if STATIC.exists(): shutil.copytree(STATIC, MD, dirs_exist_ok=True)
     for n in static: (MD/f'{n}.md').write_text(command_links((MD/f'{n}.md').read_text(encoding='utf-8'), n), encoding='utf-8')
     for n, fm in static.items(): nav.setdefault(fm.get('section', DEFAULT_SECTION), []).append({titles[n]: f'{n}.md'})
-    return {'Home': 'index.md'} | {s: ps for s, ps in nav.items() if ps}
+    nav = {'Home': 'index.md'} | {s: ps for s, ps in nav.items() if ps}
+    NAV.write_text(yaml.safe_dump([{k: v} for k, v in nav.items()], sort_keys=False, allow_unicode=True), encoding='utf-8')
 
 # ---------------------------------------------------------------------------------------------- MkDocs hooks
-# MkDocs loads this file as a hook module too (`hooks:` in the generated config): it calls these on each page's HTML.
+# MkDocs loads this file as a hook module too (`hooks:` in mkdocs.yml): it calls these on each page's HTML.
 _code = re.compile(r'(<pre\b[^>]*>(?:<span></span>)?)?<code\b([^>]*)>(.*?)</code>', re.S)
 _names = re.compile(r'(?P<name>(?<![\w-])-*\w+(?:-+\w+)*)'   # a name, on one line: `accuracy`, `ddpsafe-ls`, `--stop-at`
                     r'|(?P<end>\.(?=[A-Za-z_])|::|[/(\[,]|=(?!=))')   # where a name ends: a line may break after these
@@ -650,8 +653,9 @@ def broken_headings(page_html:str) -> list[str]:
     return res
 
 def on_config(config):
-    "MkDocs hook: headings get their anchors from `nb_slugify`"
+    "MkDocs hook: headings get their anchors from `nb_slugify`; the nav is `NAV` (`write_pages` wrote it)"
     config['mdx_configs'].setdefault('toc', {})['slugify'] = nb_slugify
+    if NAV.exists(): config['nav'] = yaml.safe_load(NAV.read_text(encoding='utf-8'))
     return config
 
 def on_page_content(page_html, page, config, files):
@@ -660,15 +664,6 @@ def on_page_content(page_html, page, config, files):
         from mkdocs.exceptions import PluginError
         raise PluginError(f'{page.file.src_uri}: headings that did not render: {bad}')
     return code_breaks(page_html)
-
-def write_config(nav:dict) -> Path:
-    "`_docs_build/mkdocs.yml`: the root `mkdocs.yml` plus the nav, and this file as MkDocs hooks (`on_config`, `on_page_content`)"
-    import yaml
-    cfg = {'INHERIT': '../mkdocs.yml', 'docs_dir': 'md', 'site_dir': '../docs', 'hooks': [str(Path(__file__).resolve())],
-           'nav': [{k: v} for k, v in nav.items()]}
-    p = BUILD/'mkdocs.yml'
-    p.write_text('# Generated by tools/docs.py: edit ../mkdocs.yml instead\n' + yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
-    return p
 
 def build_date() -> str:
     "The time of the last commit that touched the notebooks, for reproducible sitemap dates"
@@ -685,10 +680,10 @@ def main():
     try:
         cache = ROOT/'_proc' if a.no_proc and (ROOT/'_proc').exists() else process_notebooks()
         log(f'writing pages into {MD.relative_to(ROOT)}/ ...')
-        conf = write_config(write_pages(cache))
+        write_pages(cache)
     except DocsError as e: sys.exit(f'[docs] ERROR: {e}')
     env = dict(os.environ, NO_MKDOCS_2_WARNING='1', SOURCE_DATE_EPOCH=os.environ.get('SOURCE_DATE_EPOCH', build_date()))
-    mkdocs = [sys.executable, '-m', 'mkdocs']
+    mkdocs, conf = [sys.executable, '-m', 'mkdocs'], ROOT/'mkdocs.yml'
     if a.serve: os.execvpe(sys.executable, mkdocs + ['serve', '-f', str(conf), '-a', '127.0.0.1:8000'], env)
     if subprocess.run(mkdocs + ['build', '--strict', '--clean', '-f', str(conf)], env=env).returncode:
         sys.exit('[docs] ERROR: mkdocs build failed')
