@@ -1,4 +1,4 @@
-"""The trainer's half of the slot pipeline: at a step boundary, a checkpoint's files are planned into a slot in `/dev/shm` (where each tensor's bytes go), the tensors copied there, the optimizer's structure pickled without its tensors, and the slot sealed. Nothing is hashed, serialized or written to disk on the training thread; the writer process ([slots](slots.html)) does that.
+"""The trainer's half of the slot pipeline: at a step boundary, a checkpoint's files are planned into a slot in `/dev/shm` (where each tensor's bytes go), the tensors copied there, the optimizer's structure pickled without its tensors, and the slot sealed. Nothing is hashed, serialized or written to disk on the training thread; the writer process (slots) does that.
 
 Docs: https://ddpsafe.github.io/ddpsafe/slot_copy.html.md"""
 
