@@ -198,12 +198,14 @@ def _beat(replies, lock, working:threading.Event, every:float):
     "While a job runs, every `every` seconds: how many bytes have been written (the trainer's proof of progress)"
     while True:
         time.sleep(every)
-        if working.is_set(): _say(replies, lock, beat=WRITTEN[0])
+        if not working.is_set(): continue
+        try: _say(replies, lock, beat=WRITTEN[0])
+        except OSError: return   # the trainer is gone: the job in hand still ends, its reply unread
 
 def serve(jobs=None, replies=None, nice:int=19, beat:float=BEAT):
     "The writer process's loop: a job a line from `jobs` (stdin), persisted; a reply a line to `replies` (stdout); ends at the end of `jobs`"
     with contextlib.suppress(OSError): os.nice(nice)
-    if replies is None: replies = os.fdopen(os.dup(1), 'wb'); os.dup2(2, 1)    # the replies' pipe is this loop's alone
+    if replies is None: replies = os.fdopen(os.dup(1), 'wb', buffering=0); os.dup2(2, 1)   # the replies' pipe is this loop's alone: a line, one write
     lock, working = threading.Lock(), threading.Event()
     threading.Thread(target=_beat, args=(replies, lock, working, beat), daemon=True).start()
     for line in (jobs or sys.stdin.buffer):
@@ -213,7 +215,8 @@ def serve(jobs=None, replies=None, nice:int=19, beat:float=BEAT):
         try: reply = dict(ok=True, path=str(persist_slot(job['slot'], job['root'], job.get('keep', 3), job.get('comp'), job.get('fit_ends', True), job.get('step'), job.get('also', ()))))
         except Exception as e: reply = dict(ok=False, error=f'{type(e).__name__}: {e}', errno=getattr(e, 'errno', None))
         finally: working.clear()
-        _say(replies, lock, **reply, id=job['id'], step=job.get('step'), seconds=time.monotonic()-began)
+        try: _say(replies, lock, **reply, id=job['id'], step=job.get('step'), seconds=time.monotonic()-began)
+        except OSError: pass     # the trainer is gone: what it handed over still lands, unanswered
 
 # %% ../nbs/07h_slots.ipynb #f582e789
 class WriterGone(OSError):
