@@ -16,7 +16,7 @@ handlers back (a stand-in for a slow close: a DataLoader worker, a file system);
 Every process that touches the data (ranks and their workers) writes its pid to `RUN/pids/`; each rank prints
 `RESULT ...` if its fit returns. `CheckpointCallback` is attached with its defaults (signals blocked in the workers)."""
 from __future__ import annotations
-import os, sys, time, argparse
+import os, sys, time, signal, argparse, threading
 from pathlib import Path
 
 def main():
@@ -78,14 +78,19 @@ def main():
             if r == 0 and a.slow_close: at_fit_end(self.learn, lambda: time.sleep(a.slow_close))
     from ddpsafe.saver import Saver
     class SlowWrites(CheckpointCallback):
-        "Its background writes take 2 s longer"
+        "Its background writes take 2 s longer: rank 0's writer process stopped for 2 s as each save is handed over"
         def before_fit(self):
             super().before_fit()
-            commit = self.saver.write                # rank 0's background write, as the saver chose it
+            pipe = self.saver.pipe
+            if pipe is None or pipe.writer is None: return   # the other ranks: rank 0 writes
+            hand = pipe.hand
             def slow(*args, **kwargs):
-                print(f'rank {r}: writing a checkpoint in the background', flush=True); time.sleep(2)
-                return commit(*args, **kwargs)
-            self.saver.write = slow
+                out = hand(*args, **kwargs)
+                if pipe.writer is not None:
+                    print(f'rank {r}: writing a checkpoint in the background', flush=True)
+                    pid = pipe.writer.pid; os.kill(pid, signal.SIGSTOP); threading.Timer(2, os.kill, (pid, signal.SIGCONT)).start()
+                return out
+            pipe.hand = slow
 
     learn = Learner(dls, torch.nn.Linear(4, 1), loss_func=MSELossFlat(), lr=1e-2, path=run, cbs=[Epochs(), Boom(), SlowClose()])
     learn.remove_cb(ProgressCallback)
