@@ -56,7 +56,7 @@ class CheckpointCallback(TrainingCallback):
                  keep:int=3,      # Keep the newest this many complete checkpoints, and the best one
                  monitor:str='valid_loss', # The recorded value that picks the best checkpoint to keep
                  comp=None,       # `np.less` or `np.greater`; from `monitor`'s name when `None`
-                 async_save:bool=False, # Copy at the step boundary, write in a background thread
+                 async_save:bool=False, # Copy at the step boundary, write in the background (a writer process; a thread for shards or object storage)
                  storage_options:dict|None=None, # For a URL `path` (`s3://bucket/run`): fsspec's options (credentials, `endpoint_url`...)
                  local:str|None=None, # A fast local folder (relative to `learn.path`): commit there first, upload to `path` in the background
                  upload_wait:float=60., # With `local`: after a stop by signal, wait this many seconds at most for the upload

@@ -278,10 +278,11 @@ def write_file(path:Path|str,     # Where to write
     return (storage or storage_for(path)).write(path, writer, digest)
 
 def _write_local(path:Path, writer, digest:bool) -> dict|None:
-    "Write the local file `path`: a function writes it itself, a `FileWriter` through a `HashingFile`"
+    "Write the local file `path`: a function writes it itself (one that knows the file's size and xxh3 says so in `entry`), a `FileWriter` through a `HashingFile`"
     if not isinstance(writer, FileWriter):
         writer(path)
-        return dict(size=path.stat().st_size, xxh3=file_digest(path, storage=_LOCAL_STORAGE)) if digest else None
+        if not digest: return None
+        return getattr(writer, 'entry', None) or dict(size=path.stat().st_size, xxh3=file_digest(path, storage=_LOCAL_STORAGE))
     with open(path, 'wb') as raw:
         f = HashingFile(raw) if digest else raw
         writer.write_to(f)

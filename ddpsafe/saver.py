@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/saver.html.md"""
 
 # %% ../nbs/07f_saver.ipynb #7f000002
 from __future__ import annotations
-import os, time, warnings, contextlib
+import os, time, operator, warnings, contextlib
 import xxhash
 import numpy as np
 from functools import partial
@@ -27,10 +27,12 @@ from .slot_copy import SlotPipe, everywhere
 from .core import using_side_group
 
 # %% auto #0
-__all__ = ['Saver', 'fit_saver']
+__all__ = ['COMP_NAMES', 'Saver', 'fit_saver']
 
 # %% ../nbs/07f_saver.ipynb #7f00000d
-def _comp_name(comp) -> str|None: return {np.less: 'less', np.greater: 'greater'}.get(comp)   # the writer process has no numpy
+COMP_NAMES = {np.less: 'less', operator.lt: 'less', np.greater: 'greater', operator.gt: 'greater'}   # the writer process has no numpy
+def _comp_name(comp) -> str|None: return COMP_NAMES.get(comp)
+def _pipeable(comp) -> bool: return comp is None or comp in COMP_NAMES   # another comparison can not cross the pipe: the trainer commits
 
 def _slots_folder(root, # The run's checkpoints folder (the `local` one when there are two tiers)
                  memory=None # The fit's `MemoryTier`: its folder holds the slots
@@ -47,7 +49,7 @@ class Saver(Tier):
                  keep:int,       # Keep the newest this many complete checkpoints in `root`, and the best one
                  comp,           # `np.less` or `np.greater`: which metric is the best
                  claim,          # `root`'s `FolderClaim`: rank 0 checks it before each commit
-                 async_save:bool=False, # Copy at the step boundary, write in a background thread
+                 async_save:bool=False, # Copy at the step boundary, write in the background (a writer process; a thread for shards or object storage)
                  sharded:bool=False,    # Does every rank write its own shards? (`in_shards_to`)
                  uploader:Uploader|None=None, # Rank 0's: copies each committed checkpoint to a second tier, which keeps its own newest and best
                  memory=None,    # The fit's `MemoryTier` ([memory](memory.html)): a checkpoint every few steps in node-local RAM, written in the background; `None`: none
@@ -55,7 +57,7 @@ class Saver(Tier):
                  far_claim=None, # `far`'s `FolderClaim`, released with `claim` as the saver closes
                  pipe=None):     # Rank 0's `SlotPipe` (slots in /dev/shm, a writer process), shared with `memory`; `None`: made here when one is needed
         store_attr()
-        self.piped = async_save and not sharded and storage.local   # a whole model to a local folder: sealed in a slot, committed by the writer process
+        self.piped = async_save and not sharded and storage.local and _pipeable(comp)   # a whole model to a local folder: sealed in a slot, committed by the writer process
         self.writer, self.buffers = (AsyncWriter(), StateBuffers()) if async_save and not self.piped else (None, None)
         if self.pipe is None and (self.piped or memory is not None):
             self.pipe = SlotPipe(_slots_folder(root, memory), max(2, memory.keep) if memory is not None else 2, self.piped)
@@ -63,7 +65,7 @@ class Saver(Tier):
         if memory is not None: memory.pipe = self.pipe        # one ring of slots: the memory tier's checkpoint is its newest
         self.submitted, self.waited = None, False   # (step, time) of the last background write handed over; has a save waited this fit?
         if sharded and async_save and coordinating(): side_group('write')   # every rank's writer thread talks on it
-        self.write = partial(self._write_shards, background=async_save) if sharded else self._commit if async_save else partial(on_main, self._commit)
+        self.write = partial(self._write_shards, background=async_save) if sharded else self._commit if async_save else partial(on_main, self._commit_now)
 
     def ready(self, step:int) -> bool: # The step due a save
         "Every rank: the write in flight done first (a save that waited for it is said), and an upload of the same step (saved again); the disk takes every save"
@@ -93,6 +95,13 @@ class Saver(Tier):
         self.claim.check()
         return self._upload(commit_checkpoint(self.root, step, checkpoint_writers(files), meta, self.keep, self.comp,
                                               self._uploading(), storage=self.storage))
+
+    def _commit_now(self, step:int, files:dict, meta:dict, shards=None) -> Path:
+        "Rank 0's synchronous save: from the memory tier's newest slot when it holds `step` unchanged (its bytes written straight, nothing serialized again), else `_commit`"
+        slot = self.pipe.ring.reseal(step, files, meta) if self.pipe is not None and self.storage.local and _pipeable(self.comp) else None
+        if slot is None: return self._commit(step, files, meta)
+        self.claim.check()
+        return self.pipe.hand(slot, self.root, step, self.keep, _comp_name(self.comp), True, self._upload, self._uploading())
 
     def _write_shards(self, step:int, files:dict, meta:dict, shards:dict, background:bool=False) -> Path:
         "Every rank writes its shards, rank 0 the rest; then rank 0 keeps (in the background: on the writers' own group)"
@@ -252,7 +261,7 @@ def fit_saver(folder,                # The checkpoints folder, resolved: a `Path
               memory=None,           # The fit's `MemoryTier` (`fit_memory_tier`): a checkpoint every few steps in node-local RAM; `None`: none
               keep:int=3,            # Keep the newest this many complete checkpoints, and the best one
               comp=np.less,          # `np.less` or `np.greater`: which metric is the best
-              async_save:bool=False, # Copy at the step boundary, write in a background thread
+              async_save:bool=False, # Copy at the step boundary, write in the background (a writer process; a thread for shards or object storage)
               say=print              # Rank 0 says with it where the checkpoints go, first
              ) -> Saver:
     "The fit's `Saver`: its folders made and claimed, whole or in shards, its tiers; collective"

@@ -180,7 +180,7 @@ def fill(self:SlotRing, step:int, # Optimizer steps done: the checkpoint's name
     cuda = any(getattr(src, 'is_cuda', False) or getattr(getattr(src, 'device', None), 'type', '') == 'cuda' for src, _ in copies)
     buf = self._mapped(slot, nbytes, cuda)
     for dev in copy_into(buf, copies): torch.cuda.synchronize(dev)    # the copies land before the seal says they have
-    seal(slot, dict(step=step, meta=meta or {}, files=recipes, nbytes=nbytes, fill=uuid.uuid4().hex, pid=os.getpid(), time=time.time()))
+    seal(slot, dict(step=step, meta=meta or {}, files=recipes, nbytes=nbytes, fill=uuid.uuid4().hex, data=uuid.uuid4().hex, pid=os.getpid(), time=time.time()))
     self.marks[slot] = _marks(files)   # `reseal` knows the tensors unchanged since
     return slot
 

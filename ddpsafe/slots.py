@@ -9,8 +9,8 @@ from __future__ import annotations
 import io, os, sys, json, mmap, time, uuid, errno, base64, select, shutil, signal, struct, operator, tempfile, contextlib, subprocess, threading
 from pathlib import Path
 import ddpsafe
-from .commit import FileWriter
-from .manifest import commit_checkpoint
+from .commit import FileWriter, HashingFile
+from .manifest import commit_checkpoint, read_manifest
 
 # %% auto #0
 __all__ = []
@@ -141,16 +141,38 @@ def write_from_slot(f, r:dict, view):
     elif r['kind'] == 'bytes': f.write(_b64(r['data']))
     else: raise ValueError(f'a slot file of kind {r["kind"]!r}: this ddpsafe cannot write it')
 
-def slot_writers(slot:Path, record:dict, view) -> dict:
-    "A `FileWriter` for each file of sealed `slot`, from its `view`; the last checks that the slot was not refilled meanwhile"
-    names, out = list(record['files']), {}
+def slot_writers(slot:Path, record:dict, view, kept:dict|None=None) -> dict:
+    "A `FileWriter` for each file of sealed `slot`, from its `view` (a `LinkedFile` for those `kept`); the last from the slot checks that it was not refilled meanwhile"
+    kept = kept or {}
+    names = [n for n in record['files'] if n not in kept]
     def writer(name):
         def write(f):
             write_from_slot(f, record['files'][name], view)
             if name == names[-1] and (now := read_seal(slot) or {}).get('fill') != record.get('fill'):
                 raise RuntimeError(f'{slot}: refilled (step {now.get("step")}) while step {record["step"]} was persisted from it: not committed')
         return FileWriter(write)
-    return {n: writer(n) for n in names}
+    return {n: LinkedFile(*kept[n], writer(n)) if n in kept else writer(n) for n in record['files']}
+
+# %% ../nbs/07h_slots.ipynb #5014ab53
+PERSISTED = {}   # slot -> what the last commit from it wrote: its step, data, recipes, folder and manifest entries
+
+class LinkedFile:
+    "A file made by a hard link to `src`, the same file in a committed checkpoint (`entry`: its size and xxh3 there); written by `fallback` where the link fails"
+    def __init__(self, src:Path, entry:dict, fallback:FileWriter): self.src,self.entry,self.fallback = src,entry,fallback
+    def __call__(self, path:Path):
+        try: os.link(self.src, path)
+        except OSError:      # gone meanwhile, or no hard links there
+            with open(path, 'wb') as raw: f = HashingFile(raw); self.fallback.write_to(f)
+            self.entry = dict(size=f.size, xxh3=f.hexdigest())
+
+def _unchanged(slot:Path, record:dict, root) -> dict:
+    "name -> (path, entry) of each file of `record` that the last commit from `slot`, of the same step and data, wrote as it is now"
+    last = PERSISTED.get(str(slot))
+    if last is None or last['data'] is None or (last['data'], last['step'], last['root']) != (record.get('data'), record['step'], str(root)): return {}
+    try: now = read_manifest(last['path'])['files']
+    except (OSError, ValueError): return {}
+    return {n: (Path(last['path'])/n, now[n]) for n, r in record['files'].items()
+            if r['kind'] != 'bytes' and r == last['files'].get(n) and n in now and now[n] == last['entries'].get(n)}
 
 # %% ../nbs/07h_slots.ipynb #b6fe0707
 COMPARISONS = {None: None, 'less': operator.lt, 'greater': operator.gt}
@@ -171,10 +193,13 @@ def persist_slot(slot:Path,        # A sealed slot
     with open(slot/SLOT_DATA, 'rb') as fh:
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if record.get('nbytes') else None
         view = memoryview(mm) if mm is not None else memoryview(b'')
-        try: return commit_checkpoint(root, record['step'], slot_writers(slot, record, view), record.get('meta'), keep,
-                                      COMPARISONS[comp], also=[Path(p) for p in also], fit_ends=fit_ends)
+        try: ck = commit_checkpoint(root, record['step'], slot_writers(slot, record, view, _unchanged(slot, record, root)),
+                                    record.get('meta'), keep, COMPARISONS[comp], also=[Path(p) for p in also], fit_ends=fit_ends)
         finally:
             with contextlib.suppress(BufferError): view.release(); mm is not None and mm.close()
+    PERSISTED[str(slot)] = dict(data=record.get('data'), step=record['step'], root=str(root), files=record['files'], path=str(ck),
+                                entries=read_manifest(ck)['files'])
+    return ck
 
 # %% ../nbs/07h_slots.ipynb #899413fb
 def slot_file(slot:Path, name:str) -> bytes:

@@ -173,3 +173,61 @@ def test_disk_full_mid_persist(tmp_path, tmpfs):
     w.submit(ring.fill(3, state(0.2, 3)), disk, 3, keep=1); assert w.wait(60)[0]['ok']   # still working
     assert [c.name for c in checkpoints(disk)] == ['step-00000003']
     w.close(30); ring.close()
+
+def wide_learner(path, width:int=1024):
+    "A fastai `Learner` on `synth_dls` whose weights (4 MB) and Adam state are too big to go into a seal: they lie in the slot"
+    from fastai.learner import Learner
+    from fastai.losses import MSELossFlat
+    from fastai.torch_core import set_seed
+    from ddpsafe.testing import synth_dls
+    set_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, width), torch.nn.Linear(width, width), torch.nn.Linear(width, 1))
+    return Learner(synth_dls(64, 8, 0, path), model, loss_func=MSELossFlat(), lr=1e-3, path=path)
+
+@pytest.mark.timeout(300)
+def test_fit_end_writes_no_tensor_twice(tmp_path, monkeypatch):
+    """The fit's last step is a save step (async: the writer process commits it), then the end of the fit saves that step
+    again, finished: the weights and the optimizer's state are hard links to the files just committed, not written again"""
+    import fastai.callback.progress
+    from ddpsafe.checkpoint import CheckpointCallback
+    from ddpsafe.saver import Saver
+    big = ('model.safetensors', 'optimizer.pt')
+    real, again = Saver.save, {}
+    def save(self, step, files, meta, shards=None):
+        ck = Path(self.root)/checkpoint_name(step)
+        if ck.is_dir(): again[step] = {n: os.stat(ck/n).st_ino for n in big}   # a save of a step committed already
+        return real(self, step, files, meta, shards)
+    monkeypatch.setattr(Saver, 'save', save)
+    learn = wide_learner(tmp_path)       # 6 steps an epoch: saves at 3 and 6, and the epoch's end at 6
+    with learn.no_logging(), learn.no_bar(): learn.fit(1, cbs=CheckpointCallback('ck', every_steps=3, every_epoch=None, async_save=True))
+    final = newest_complete(tmp_path/'ck')
+    assert final.name == checkpoint_name(6) and read_manifest(final)['finished'], read_manifest(final)
+    assert check_checkpoint(final) == [], check_checkpoint(final)
+    assert 6 in again, f'the end of the fit did not save step 6 again: {again}'
+    assert {n: os.stat(final/n).st_ino for n in big} == again[6], 'the end of the fit wrote the tensors of step 6 a second time'
+
+@pytest.mark.timeout(300)
+def test_sync_save_from_the_memory_tier(tmp_path, monkeypatch):
+    """Synchronous disk saves at each epoch's end beside the memory tier, which has just sealed the same step: committed
+    from the slot, nothing serialized again (`Saver._commit` is never called), the same files as a fit without the memory tier"""
+    import fastai.callback.progress
+    from ddpsafe.checkpoint import CheckpointCallback
+    from ddpsafe.saver import Saver
+    from ddpsafe.resume import read_checkpoint_file
+    from conftest import same_tree
+    fits, real = {}, Saver._commit
+    for name, kw in (('plain', {}), ('memory', dict(memory_every_steps=3))):
+        calls = []
+        monkeypatch.setattr(Saver, '_commit', lambda self, *a, **k: calls.append(a[0]) or real(self, *a, **k))
+        learn = wide_learner(tmp_path/name)
+        with learn.no_logging(), learn.no_bar(): learn.fit(2, cbs=CheckpointCallback('ck', keep=10, **kw))   # 6 steps an epoch
+        fits[name] = calls, checkpoints(tmp_path/name/'ck')
+    (plain_calls, plain), (memory_calls, memory) = fits['plain'], fits['memory']
+    assert plain_calls and not memory_calls, f'serialized by the trainer: {memory_calls} (without the memory tier: {plain_calls})'
+    assert [c.name for c in memory] == [c.name for c in plain] == [checkpoint_name(6), checkpoint_name(12)]
+    for new, old in zip(memory, plain):
+        assert check_checkpoint(new) == [], check_checkpoint(new)
+        mo, mn = read_manifest(old), read_manifest(new)
+        assert {k: v for k, v in mo.items() if k not in ('time', 'files')} == {k: v for k, v in mn.items() if k not in ('time', 'files')}
+        assert (old/'model.safetensors').read_bytes() == (new/'model.safetensors').read_bytes()
+        for n in mo['files']: assert same_tree(read_checkpoint_file(old, n, mo), read_checkpoint_file(new, n, mn)), f'{new/n} differs from {old/n}'
