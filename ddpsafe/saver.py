@@ -22,8 +22,8 @@ from .snapshot import StateBuffers, AsyncWriter, Tier, _pace
 from .sharded import write_in_shards, in_shards_to   # how a checkpoint is written in shards, and whether it is
 from .parts import checkpoint_writers
 from .upload import Uploader
-from .slots import slots_home, read_seal, persist_slot, unseal
-from .slot_copy import SlotPipe, everywhere
+from .slots import slots_home, read_seal, persist_slot, unseal, LinkedFile
+from .slot_copy import SlotPipe, everywhere, skeleton, _marks
 from .core import using_side_group
 
 # %% auto #0
@@ -32,6 +32,10 @@ __all__ = ['COMP_NAMES', 'Saver', 'fit_saver']
 # %% ../nbs/07f_saver.ipynb #7f00000d
 COMP_NAMES = {np.less: 'less', operator.lt: 'less', np.greater: 'greater', operator.gt: 'greater'}   # the writer process has no numpy
 def _comp_name(comp) -> str|None: return COMP_NAMES.get(comp)
+def _fingerprints(files:dict) -> dict:
+    "Per file: its structure as `torch.save` pickles it and each tensor's (storage, version); `None` where it is never known unchanged (`_marks`)"
+    return {n: None if m is None else (skeleton(files[n])[0], m) for n, m in _marks(files).items()}
+
 def _pipeable(comp) -> bool: return comp is None or comp in COMP_NAMES   # another comparison can not cross the pipe: the trainer commits
 
 def _slots_folder(root, # The run's checkpoints folder (the `local` one when there are two tiers)
@@ -57,6 +61,7 @@ class Saver(Tier):
                  far_claim=None, # `far`'s `FolderClaim`, released with `claim` as the saver closes
                  pipe=None):     # Rank 0's `SlotPipe` (slots in /dev/shm, a writer process), shared with `memory`; `None`: made here when one is needed
         store_attr()
+        self.committed = None   # rank 0's last commit by the trainer: its step, folder, files' fingerprints and entries
         self.piped = async_save and not sharded and storage.local and _pipeable(comp)   # a whole model to a local folder: sealed in a slot, committed by the writer process
         self.writer, self.buffers = (AsyncWriter(), StateBuffers()) if async_save and not self.piped else (None, None)
         if self.pipe is None and (self.piped or memory is not None):
@@ -93,8 +98,20 @@ class Saver(Tier):
     def _commit(self, step:int, files:dict, meta:dict, shards=None) -> Path:
         "Rank 0 checks its claim, commits the checkpoint whole (a whole model has no shards), uploads: one outcome for `on_main`"
         self.claim.check()
-        return self._upload(commit_checkpoint(self.root, step, checkpoint_writers(files), meta, self.keep, self.comp,
-                                              self._uploading(), storage=self.storage))
+        prints = _fingerprints(files) if self.storage.local else {}
+        ck = commit_checkpoint(self.root, step, self._linked(step, checkpoint_writers(files), prints), meta, self.keep, self.comp,
+                               self._uploading(), storage=self.storage)
+        if prints: self.committed = dict(step=step, path=ck, prints=prints, entries=read_manifest(ck)['files'])
+        return self._upload(ck)
+
+    def _linked(self, step:int, writers:dict, prints:dict) -> dict:
+        "`writers`, with a `LinkedFile` for each file this fit committed for `step` already and unchanged since: the same fingerprint, the same manifest entry"
+        last = self.committed
+        if last is None or last['step'] != step: return writers
+        try: now = read_manifest(last['path'])['files']
+        except (OSError, ValueError): return writers
+        same = lambda n: prints.get(n) is not None and prints[n] == last['prints'].get(n) and n in now and now[n] == last['entries'].get(n)
+        return {n: LinkedFile(last['path']/n, now[n], w) if same(n) else w for n, w in writers.items()}
 
     def _commit_now(self, step:int, files:dict, meta:dict, shards=None) -> Path:
         "Rank 0's synchronous save: from the memory tier's newest slot when it holds `step` unchanged (its bytes written straight, nothing serialized again), else `_commit`"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import io, os, sys, json, mmap, time, uuid, errno, base64, select, shutil, signal, struct, operator, tempfile, contextlib, subprocess, threading
 from pathlib import Path
 import ddpsafe
-from .commit import FileWriter, HashingFile
+from .commit import FileWriter, write_file
 from .manifest import commit_checkpoint, read_manifest
 
 # %% auto #0
@@ -158,12 +158,10 @@ PERSISTED = {}   # slot -> what the last commit from it wrote: its step, data, r
 
 class LinkedFile:
     "A file made by a hard link to `src`, the same file in a committed checkpoint (`entry`: its size and xxh3 there); written by `fallback` where the link fails"
-    def __init__(self, src:Path, entry:dict, fallback:FileWriter): self.src,self.entry,self.fallback = src,entry,fallback
+    def __init__(self, src:Path, entry:dict, fallback): self.src,self.entry,self.fallback = src,entry,fallback   # fallback: as `write_file` takes it
     def __call__(self, path:Path):
         try: os.link(self.src, path)
-        except OSError:      # gone meanwhile, or no hard links there
-            with open(path, 'wb') as raw: f = HashingFile(raw); self.fallback.write_to(f)
-            self.entry = dict(size=f.size, xxh3=f.hexdigest())
+        except OSError: self.entry = write_file(path, self.fallback)   # gone meanwhile, or no hard links there
 
 def _unchanged(slot:Path, record:dict, root) -> dict:
     "name -> (path, entry) of each file of `record` that the last commit from `slot`, of the same step and data, wrote as it is now"

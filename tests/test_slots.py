@@ -185,9 +185,10 @@ def wide_learner(path, width:int=1024):
     return Learner(synth_dls(64, 8, 0, path), model, loss_func=MSELossFlat(), lr=1e-3, path=path)
 
 @pytest.mark.timeout(300)
-def test_fit_end_writes_no_tensor_twice(tmp_path, monkeypatch):
-    """The fit's last step is a save step (async: the writer process commits it), then the end of the fit saves that step
-    again, finished: the weights and the optimizer's state are hard links to the files just committed, not written again"""
+@pytest.mark.parametrize('async_save', [True, False], ids=['async', 'sync'])
+def test_fit_end_writes_no_tensor_twice(tmp_path, monkeypatch, async_save):
+    """The fit's last step is a save step (async: the writer process commits it; sync: the trainer), then the end of the fit
+    saves that step again, finished: the weights and the optimizer's state are hard links to the files just committed"""
     import fastai.callback.progress
     from ddpsafe.checkpoint import CheckpointCallback
     from ddpsafe.saver import Saver
@@ -199,7 +200,7 @@ def test_fit_end_writes_no_tensor_twice(tmp_path, monkeypatch):
         return real(self, step, files, meta, shards)
     monkeypatch.setattr(Saver, 'save', save)
     learn = wide_learner(tmp_path)       # 6 steps an epoch: saves at 3 and 6, and the epoch's end at 6
-    with learn.no_logging(), learn.no_bar(): learn.fit(1, cbs=CheckpointCallback('ck', every_steps=3, every_epoch=None, async_save=True))
+    with learn.no_logging(), learn.no_bar(): learn.fit(1, cbs=CheckpointCallback('ck', every_steps=3, every_epoch=None, async_save=async_save))
     final = newest_complete(tmp_path/'ck')
     assert final.name == checkpoint_name(6) and read_manifest(final)['finished'], read_manifest(final)
     assert check_checkpoint(final) == [], check_checkpoint(final)
