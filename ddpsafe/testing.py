@@ -290,11 +290,16 @@ def _twin_free(p:int) -> bool:
             except OSError: return False
     return True
 
+def _ephemeral_low() -> int:
+    "The lowest port the kernel gives outgoing connections: one of them could take a port between its check and the server's bind"
+    try: return int(Path('/proc/sys/net/ipv4/ip_local_port_range').read_text().split()[0])
+    except (OSError, ValueError, IndexError): return 32768
+
 def _weed_ports(n:int=4) -> list:
-    "`n` free ports whose +10000 twins are free too"
-    ports = []
+    "`n` free ports whose +10000 twins are free too, all below the ephemeral range"
+    ports, top = [], max(_ephemeral_low() - 10001, 10000 + 4*n)
     while len(ports) < n:
-        p = random.randint(20000, 45000)
+        p = random.randint(10000, top)
         if all(abs(p - q) not in (0, 10000) for q in ports) and _twin_free(p): ports.append(p)
     return ports
 
