@@ -27,16 +27,16 @@ from .slot_copy import SlotPipe, everywhere, skeleton, _marks
 from .core import using_side_group
 
 # %% auto #0
-__all__ = ['COMP_NAMES', 'Saver', 'fit_saver']
+__all__ = ['Saver', 'fit_saver']
 
 # %% ../nbs/07f_saver.ipynb #7f00000d
-COMP_NAMES = {np.less: 'less', operator.lt: 'less', np.greater: 'greater', operator.gt: 'greater'}   # the writer process has no numpy
-def _comp_name(comp) -> str|None: return COMP_NAMES.get(comp)
+_COMP_NAMES = {np.less: 'less', operator.lt: 'less', np.greater: 'greater', operator.gt: 'greater'}   # the writer process has no numpy
+def _comp_name(comp) -> str|None: return _COMP_NAMES.get(comp)
 def _fingerprints(files:dict) -> dict:
     "Per file: its structure as `torch.save` pickles it and each tensor's (storage, version); `None` where it is never known unchanged (`_marks`)"
     return {n: None if m is None else (skeleton(files[n])[0], m) for n, m in _marks(files).items()}
 
-def _pipeable(comp) -> bool: return comp is None or comp in COMP_NAMES   # another comparison can not cross the pipe: the trainer commits
+def _pipeable(comp) -> bool: return comp is None or comp in _COMP_NAMES   # another comparison can not cross the pipe: the trainer commits
 
 def _slots_folder(root, # The run's checkpoints folder (the `local` one when there are two tiers)
                  memory=None # The fit's `MemoryTier`: its folder holds the slots

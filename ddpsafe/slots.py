@@ -144,11 +144,11 @@ def write_from_slot(f, r:dict, view):
 def slot_writers(slot:Path, record:dict, view, kept:dict|None=None) -> dict:
     "A `FileWriter` for each file of sealed `slot`, from its `view` (a `LinkedFile` for those `kept`); the last from the slot checks that it was not refilled meanwhile"
     kept = kept or {}
-    names = [n for n in record['files'] if n not in kept]
+    checks = {*[n for n in record['files'] if n not in kept][-1:], *kept}   # the last file from the slot, and a link that falls back to it
     def writer(name):
         def write(f):
             write_from_slot(f, record['files'][name], view)
-            if name == names[-1] and (now := read_seal(slot) or {}).get('fill') != record.get('fill'):
+            if name in checks and (now := read_seal(slot) or {}).get('fill') != record.get('fill'):
                 raise RuntimeError(f'{slot}: refilled (step {now.get("step")}) while step {record["step"]} was persisted from it: not committed')
         return FileWriter(write)
     return {n: LinkedFile(*kept[n], writer(n)) if n in kept else writer(n) for n in record['files']}
