@@ -22,7 +22,7 @@ from .snapshot import StateBuffers, AsyncWriter, Tier, _pace
 from .sharded import write_in_shards, in_shards_to   # how a checkpoint is written in shards, and whether it is
 from .parts import checkpoint_writers
 from .upload import Uploader
-from .slots import slots_home, read_seal, persist_slot, unseal, LinkedFile
+from .slots import slots_home, read_seal, persist_slot, unseal, LinkedFile, still_committed
 from .slot_copy import SlotPipe, everywhere, skeleton, _marks
 from .core import using_side_group
 
@@ -96,7 +96,7 @@ class Saver(Tier):
         return self.pipe.seconds if self.piped else None if self.writer is None else self.writer.seconds
 
     def _commit(self, step:int, files:dict, meta:dict, shards=None) -> Path:
-        "Rank 0 checks its claim, commits the checkpoint whole (a whole model has no shards), uploads: one outcome for `on_main`"
+        "Rank 0 checks its claim, commits the checkpoint whole (a whole model has no shards; files this fit committed for `step` already, unchanged, linked), uploads: one outcome for `on_main`"
         self.claim.check()
         prints = _fingerprints(files) if self.storage.local else {}
         ck = commit_checkpoint(self.root, step, self._linked(step, checkpoint_writers(files), prints), meta, self.keep, self.comp,
@@ -108,10 +108,8 @@ class Saver(Tier):
         "`writers`, with a `LinkedFile` for each file this fit committed for `step` already and unchanged since: the same fingerprint, the same manifest entry"
         last = self.committed
         if last is None or last['step'] != step: return writers
-        try: now = read_manifest(last['path'])['files']
-        except (OSError, ValueError): return writers
-        same = lambda n: prints.get(n) is not None and prints[n] == last['prints'].get(n) and n in now and now[n] == last['entries'].get(n)
-        return {n: LinkedFile(last['path']/n, now[n], w) if same(n) else w for n, w in writers.items()}
+        kept = still_committed(last['path'], last['entries'], [n for n, p in prints.items() if p is not None and p == last['prints'].get(n)])
+        return {n: LinkedFile(*kept[n], w) if n in kept else w for n, w in writers.items()}
 
     def _commit_now(self, step:int, files:dict, meta:dict, shards=None) -> Path:
         "Rank 0's synchronous save: from the memory tier's newest slot when it holds `step` unchanged (its bytes written straight, nothing serialized again), else `_commit`"

@@ -163,14 +163,17 @@ class LinkedFile:
         try: os.link(self.src, path)
         except OSError: self.entry = write_file(path, self.fallback)   # gone meanwhile, or no hard links there
 
+def still_committed(folder, entries:dict, names) -> dict:
+    "name -> (path, entry) of each of `names` that checkpoint `folder` still lists as `entries` did when it was committed"
+    try: now = read_manifest(folder)['files']
+    except (OSError, ValueError): return {}
+    return {n: (Path(folder)/n, now[n]) for n in names if n in now and now[n] == entries.get(n)}
+
 def _unchanged(slot:Path, record:dict, root) -> dict:
     "name -> (path, entry) of each file of `record` that the last commit from `slot`, of the same step and data, wrote as it is now"
     last = PERSISTED.get(str(slot))
     if last is None or last['data'] is None or (last['data'], last['step'], last['root']) != (record.get('data'), record['step'], str(root)): return {}
-    try: now = read_manifest(last['path'])['files']
-    except (OSError, ValueError): return {}
-    return {n: (Path(last['path'])/n, now[n]) for n, r in record['files'].items()
-            if r['kind'] != 'bytes' and r == last['files'].get(n) and n in now and now[n] == last['entries'].get(n)}
+    return still_committed(last['path'], last['entries'], [n for n, r in record['files'].items() if r['kind'] != 'bytes' and r == last['files'].get(n)])
 
 # %% ../nbs/07h_slots.ipynb #b6fe0707
 COMPARISONS = {None: None, 'less': operator.lt, 'greater': operator.gt}

@@ -2,7 +2,7 @@
 without torch; the writer killed mid-write, the trainer killed after a seal, /dev/shm full, the disk full mid-persist.
 Each names what happened, loses nothing committed, and hangs nowhere (every wait has a timeout)."""
 from __future__ import annotations
-import io, os, sys, json, time, errno, signal, subprocess, textwrap
+import io, os, sys, json, time, errno, signal, operator, subprocess, textwrap
 from pathlib import Path
 import pytest, torch
 from ddpsafe.slots import SlotWriter, WriterGone, persist_slot, sealed_slots, read_seal, slot_file, previous_writer, wait_previous_writer
@@ -232,3 +232,17 @@ def test_sync_save_from_the_memory_tier(tmp_path, monkeypatch):
         assert {k: v for k, v in mo.items() if k not in ('time', 'files')} == {k: v for k, v in mn.items() if k not in ('time', 'files')}
         assert (old/'model.safetensors').read_bytes() == (new/'model.safetensors').read_bytes()
         for n in mo['files']: assert same_tree(read_checkpoint_file(old, n, mo), read_checkpoint_file(new, n, mn)), f'{new/n} differs from {old/n}'
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize('comp', [operator.gt, lambda a, b: a > b], ids=['operator.gt', 'a function'])
+def test_async_keeps_the_best_by_any_comparison(tmp_path, comp):
+    """`async_save` with a comparison other than `np.less`/`np.greater`: the best checkpoint is kept. Here a falling
+    `valid_loss` is 'better' when greater, so the first epoch's is the best, and `keep=1` leaves it beside the newest"""
+    import fastai.callback.progress
+    from ddpsafe.checkpoint import CheckpointCallback
+    learn = wide_learner(tmp_path)
+    with learn.no_logging(), learn.no_bar():
+        learn.fit(3, cbs=CheckpointCallback('ck', async_save=True, keep=1, comp=comp))
+    losses = [r[1] for r in learn.recorder.values]   # train_loss, valid_loss per epoch
+    assert losses[0] > min(losses[1:]), f'valid_loss did not fall: {losses}'
+    assert [c.name for c in checkpoints(tmp_path/'ck')] == [checkpoint_name(6), checkpoint_name(18)], checkpoints(tmp_path/'ck')
