@@ -1,10 +1,12 @@
-"""How long a checkpoint blocks training, and how long until it is on disk: ddpsafe (sync and async) against the
-machine's limits (`memcpy`, `clone`, `raw_write`) and against `torch.save`, safetensors and DCP (`dcp_save`, `dcp_async`,
+"""How long a checkpoint blocks training, and how long until it is on disk: ddpsafe (sync, async, the memory tier) against
+the machine's limits (`memcpy`, `clone`, `raw_write`) and against `torch.save`, safetensors and DCP (`dcp_save`, `dcp_async`,
 `dcp_async_cached`), on `harness.make_state` states (weights and Adam state, 51 fp32 tensors); one warm-up repetition, then
-every method once a repetition in a rotated order, ratios paired within a repetition. Method: the benchmarks page,
-"Checkpoints: blocking time and time to disk".
+every method once a repetition in a rotated order, ratios paired within a repetition. `ddpsafe_async` also records what
+async saves hold in host memory (their slots in /dev/shm, the writer process's own pages). Method: the benchmarks page,
+"Checkpoints: blocking time and time to disk" and "Host memory of asynchronous saves".
 
     python bench/checkpoint_bench.py --sizes 100,500,2000 --reps 7   # -> bench/results/checkpoint.json and its two plots
+    python bench/checkpoint_bench.py --device cuda --sizes 1000,4000 --reps 3   # a state on the GPU -> checkpoint_cuda.json
     python bench/checkpoint_bench.py --replot                        # the summaries and plots again from checkpoint.json"""
 from __future__ import annotations
 import os, sys, json, time, shutil, argparse, warnings, statistics
@@ -12,19 +14,25 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import HERE, make_state, tensors, flat, nbytes, fsync_file, load, wait_quiet, trim, machine, now, rotated
+from harness import HERE, make_state, tensors, flat, nbytes, fsync_file, load, wait_quiet, trim, machine, now, rotated, sync, device_facts
 
 # ------------------------------------------------------------------------------------------------------------
 # The methods: each returns (blocking seconds, total seconds, extra details)
 
 class Bench:
-    def __init__(self, state, folder:Path):
-        from ddpsafe.snapshot import StateBuffers, AsyncWriter
+    def __init__(self, state, folder:Path, device=torch.device('cpu')):
+        from ddpsafe.slot_copy import SlotPipe
+        from ddpsafe.slots import slots_home
+        from ddpsafe.memory import MemoryTier
         from ddpsafe.checkpoint import rng_state
         from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
-        self.state, self.folder, self.flat = state, folder, flat(state)
-        self.bufs = [torch.empty_like(t) for t in tensors(state)]           # memcpy's reused buffers
-        self.sbufs, self.writer = StateBuffers(), AsyncWriter()               # ddpsafe's
+        self.state, self.folder, self.flat, self.device = state, folder, flat(state), device
+        self.bufs = [torch.empty(t.shape, dtype=t.dtype, pin_memory=device.type == 'cuda') for t in tensors(state)]   # memcpy's reused host buffers
+        self.shm = slots_home()/f'ddpsafe-bench-{os.getpid()}'
+        self.pipe = SlotPipe(self.shm/'async').start(say=lambda *a: None)   # the async saves' two slots and writer process, as `Saver` makes them
+        self.pipe.reserve(state)
+        self.tier = MemoryTier(self.shm/'memory', every_steps=1, keep=2)   # the memory tier alone: its own slots, no writer
+        self.tier.reserve(state)                                             # its slots made ahead, as a fit's first step has them made
         self.stager = DefaultStager(StagingOptions(False, False, False, False))
         self.rngs = [rng_state()]
         self.meta = dict(epoch=0, iter=1, epoch_done=False, reason='steps', world_size=1, monitor='valid_loss', metric=None)
@@ -36,8 +44,10 @@ class Bench:
         return self.folder/f'{name}-{self.n}'
 
     def memcpy(self):
+        "Into reused host buffers: the floor of a snapshot (from a device: a copy into pinned memory)"
         t0 = time.perf_counter()
-        for b, t in zip(self.bufs, tensors(self.state)): b.copy_(t)
+        for b, t in zip(self.bufs, tensors(self.state)): b.copy_(t, non_blocking=True)
+        sync(self.device)
         dt = time.perf_counter() - t0
         return dt, dt, {}
 
@@ -58,9 +68,11 @@ class Bench:
         dt = time.perf_counter() - t0
         return dt, dt, dict(fsync=time.perf_counter() - t1)
 
+    def _files(self, state) -> dict: return {'model.safetensors': state['model'], 'optimizer.pt': state['opt'], 'state.pt': self.ckstate, 'rng.pt': self.rngs}
+
     def _ddpsafe_files(self, snap, timings=None):
         from ddpsafe.parts import checkpoint_writers
-        files = checkpoint_writers({'model.safetensors': snap['model'], 'optimizer.pt': snap['opt'], 'state.pt': self.ckstate, 'rng.pt': self.rngs})
+        files = checkpoint_writers(self._files(snap))
         if timings is None: return files
         def timed(name, w):
             def write(p):
@@ -77,17 +89,33 @@ class Bench:
         return dt, dt, dict(writers=timings, fsync_checksums_manifest=dt - sum(timings.values()))
 
     def ddpsafe_async(self):
-        from ddpsafe.manifest import write_checkpoint
-        root = self.target('ddpsafe-async')
+        "As `CheckpointCallback(async_save=True)` saves: the state copied into a slot in /dev/shm and sealed (blocking), committed by the writer process"
+        root, done = self.target('ddpsafe-async'), []
         c0, t0 = time.process_time(), time.perf_counter()
-        snap = self.sbufs.copy(self.state)
+        slot = self.pipe.ring.fill(1000, self._files(self.state), self.meta)
         t1 = time.perf_counter()
-        err = self.writer.submit(lambda: write_checkpoint(root, 1000, self._ddpsafe_files(snap), self.meta))
+        self.pipe.hand(slot, root, 1000, 3, None, True, done.append)
         t2, c2 = time.perf_counter(), time.process_time()
-        err = err or self.writer.wait()
+        self.pipe.poll(None)
         t3 = time.perf_counter()
-        if err is not None: raise err
-        return t2 - t0, t3 - t0, dict(copy=t1 - t0, submit=t2 - t1, blocking_cpu=c2 - c0, buffers_bytes=self.sbufs.nbytes)
+        if (err := self.pipe.take_error()) is not None: raise err
+        if not done: raise RuntimeError(f'the writer process (pid {self.pipe.writer.pid}) did not commit {root}')
+        return t2 - t0, t3 - t0, dict(copy=t1 - t0, hand=t2 - t1, write=self.pipe.seconds, blocking_cpu=c2 - c0, **self.host_memory())
+
+    def host_memory(self) -> dict:
+        "What async saves hold in host memory: the slots' pages in /dev/shm, and the writer process's own (anonymous) pages"
+        slots = sum(f.stat().st_blocks*512 for f in self.pipe.folder.glob('slot-*/data'))
+        status = Path(f'/proc/{self.pipe.writer.pid}/status').read_text().splitlines()
+        return dict(slots_bytes=slots, writer_anon_bytes=int(next(l for l in status if l.startswith('RssAnon:')).split()[1])*1024)
+
+    def memory_tier(self):
+        "As `CheckpointCallback(memory_every_steps=N)` saves: `ready`, the state copied into a slot and sealed; the slot is the checkpoint, nothing is written after"
+        self.n += 1
+        t0 = time.perf_counter()
+        if self.tier.ready(self.n): self.tier.save(self.n, self._files(self.state), self.meta)
+        dt = time.perf_counter() - t0
+        if self.tier.off or self.tier.holds()[-1][0] != self.n: raise RuntimeError(f'the memory tier ({self.tier.folder}) did not take step {self.n}')
+        return dt, dt, {}
 
     def torch_save(self):
         p = self.target('torch.pt')
@@ -128,23 +156,26 @@ class Bench:
     def dcp_async_cached(self): return self._dcp_async(async_stager=self.stager)
 
     def close(self):
-        self.writer.wait(); self.stager.close()
+        try: self.pipe.close(); self.tier.close(); self.stager.close()
+        finally: shutil.rmtree(self.shm, ignore_errors=True)
 
-METHODS = ['memcpy', 'clone', 'raw_write', 'ddpsafe_sync', 'ddpsafe_async', 'torch_save', 'safetensors',
+METHODS = ['memcpy', 'clone', 'raw_write', 'ddpsafe_sync', 'ddpsafe_async', 'memory_tier', 'torch_save', 'safetensors',
            'dcp_save', 'dcp_async', 'dcp_async_cached']
+DEVICE_METHODS = ['memcpy', 'ddpsafe_async', 'memory_tier', 'dcp_async', 'torch_save']   # `--device cuda`'s default: what a GPU's state is saved with
 
 # ------------------------------------------------------------------------------------------------------------
 # One size
 
-def measure_size(mb:int, reps:int, root:Path, settle:float=0.2, quiet:float=0., log=print) -> dict:
-    "Every method on a state of `mb` MB, `reps` repetitions after one warm-up; the raw timings"
-    state = make_state(mb*10**6)
+def measure_size(mb:int, reps:int, root:Path, settle:float=0.2, quiet:float=0., log=print, device=torch.device('cpu'), methods=METHODS) -> dict:
+    "Every method on a state of `mb` MB on `device`, `reps` repetitions after one warm-up; the raw timings"
+    from fastai.torch_core import to_device
+    state = to_device(make_state(mb*10**6), device)
     folder = root/f'{mb}MB'; shutil.rmtree(folder, ignore_errors=True); folder.mkdir(parents=True)
-    b = Bench(state, folder)
-    runs, machine_load = {m: [] for m in METHODS}, []
+    b = Bench(state, folder, device)
+    runs, machine_load = {m: [] for m in methods}, []
     try:
         for rep in range(-1, reps):                 # rep -1: warm-up, not recorded
-            order = rotated(METHODS, max(rep, 0))
+            order = rotated(list(methods), max(rep, 0))
             waited = wait_quiet(quiet) if rep >= 0 and quiet else 0.
             before = load()
             for m in order:
@@ -157,7 +188,7 @@ def measure_size(mb:int, reps:int, root:Path, settle:float=0.2, quiet:float=0., 
                 if rep >= 0: runs[m].append(dict(blocking=blocking, total=total, cpu=cpu, order=order.index(m), **extra))
             if rep >= 0: machine_load.append(dict(before=before, after=load(), waited_for_quiet_s=waited))
             if rep >= 0:
-                log(f'  {mb} MB rep {rep+1}/{reps}: ' + ', '.join(f'{m} {runs[m][-1]["blocking"]:.3f}/{runs[m][-1]["total"]:.3f}' for m in METHODS))
+                log(f'  {mb} MB rep {rep+1}/{reps}: ' + ', '.join(f'{m} {runs[m][-1]["blocking"]:.3f}/{runs[m][-1]["total"]:.3f}' for m in methods))
     finally:
         b.close()
         shutil.rmtree(folder, ignore_errors=True)
@@ -183,15 +214,26 @@ def summarize(size:dict) -> dict:
                    min_total=min(r['total'] for r in rs), max_total=max(r['total'] for r in rs)) for m, rs in runs.items()}
     for m in med: med[m]['total_gbps'] = gb/med[m]['total']; med[m]['blocking_gbps'] = gb/med[m]['blocking']
     best = {m: dict(blocking=min(r['blocking'] for r in rs), total=min(r['total'] for r in rs)) for m, rs in runs.items()}
-    cpu_ratio = [a.get('blocking_cpu', 0)/m['cpu'] for a, m in zip(runs['ddpsafe_async'], runs['memcpy']) if m['cpu']]
-    ratios = dict(async_blocking_over_memcpy_cpu_time=dict(
-        what='the same, in CPU time of the process (less sensitive to other processes on the machine); not a goal',
-        median_paired=statistics.median(cpu_ratio) if cpu_ratio else None, per_rep=cpu_ratio))
+    ratios = {}
+    if {'ddpsafe_async', 'memcpy'} <= runs.keys():
+        cpu_ratio = [a.get('blocking_cpu', 0)/m['cpu'] for a, m in zip(runs['ddpsafe_async'], runs['memcpy']) if m['cpu']]
+        ratios['async_blocking_over_memcpy_cpu_time'] = dict(
+            what='the same, in CPU time of the process (less sensitive to other processes on the machine); not a goal',
+            median_paired=statistics.median(cpu_ratio) if cpu_ratio else None, per_rep=cpu_ratio)
+    if {'memory_tier', 'memcpy'} <= runs.keys():
+        per_rep = [x['blocking']/y['blocking'] for x, y in zip(runs['memory_tier'], runs['memcpy'])]
+        ratios['memory_tier_over_memcpy'] = dict(what='a memory-tier save (it blocks for all of it) / memcpy into reused buffers; not a goal',
+                                                 median_paired=statistics.median(per_rep), per_rep=per_rep)
     for k, (what, op, goal, (m, mk), (d, dk)) in GOALS.items():
+        if not {m, d} <= runs.keys(): continue
         per_rep = [x[mk]/y[dk] for x, y in zip(runs[m], runs[d])]
         v, b = statistics.median(per_rep), best[m][mk]/best[d][dk]
         ratios[k] = dict(what=what, goal=f'{op} {goal}', median_paired=v, of_medians=med[m][mk]/med[d][dk], of_minimums=b,
                          per_rep=per_rep, met=meets(v, op, goal), met_of_minimums=meets(b, op, goal))
+    if 'ddpsafe_async' in runs:     # the slots and the writer's own pages, at their most, over the state
+        slots, writer = (max(r[k] for r in runs['ddpsafe_async']) for k in ('slots_bytes', 'writer_anon_bytes'))
+        ratios['async_host_memory_over_state'] = dict(what="async saves' host memory (two slots in /dev/shm + the writer process's own) / the state; not a goal",
+                                                      median_paired=(slots + writer)/size['bytes'], slots_bytes=slots, writer_anon_bytes=writer)
     return dict(median=med, best=best, ratios=ratios)
 
 # ------------------------------------------------------------------------------------------------------------
@@ -209,7 +251,7 @@ def filesystem(path:Path) -> dict:
 # Plots
 
 LABELS = dict(memcpy='memcpy\n(reused)', clone='clone()', raw_write='raw write\n+fsync', ddpsafe_sync='ddpsafe\nsync',
-              ddpsafe_async='ddpsafe\nasync', torch_save='torch.save\n+fsync', safetensors='safetensors\n+fsync',
+              ddpsafe_async='ddpsafe\nasync', memory_tier='ddpsafe\nmemory tier', torch_save='torch.save\n+fsync', safetensors='safetensors\n+fsync',
               dcp_save='DCP\nsave', dcp_async='DCP\nasync_save', dcp_async_cached='DCP async\n(cached)')
 
 def plot(results:dict, kind:str, path=None):
@@ -219,7 +261,7 @@ def plot(results:dict, kind:str, path=None):
     sizes = results['sizes']
     fig, axs = plt.subplots(1, len(sizes), figsize=(5*len(sizes), 4), squeeze=False)
     for ax, s in zip(axs[0], sizes):
-        meths = [m for m in METHODS if kind == 'total' or m != 'raw_write']
+        meths = [m for m in METHODS if m in s['median'] and (kind == 'total' or m != 'raw_write')]
         vals = [s['median'][m][kind] for m in meths]
         cols = ['tab:green' if m.startswith('ddpsafe') else 'tab:gray' if m in ('memcpy', 'clone', 'raw_write') else 'tab:blue' for m in meths]
         ax.barh(range(len(meths)), vals, color=cols)
@@ -236,12 +278,12 @@ def plot(results:dict, kind:str, path=None):
 
 # ------------------------------------------------------------------------------------------------------------
 
-def replot(out:Path) -> dict:
-    "Recompute the summaries of `out/checkpoint.json` from its raw timings, and redraw its plots"
-    results = json.loads((out/'checkpoint.json').read_text())
+def replot(out:Path, name:str='checkpoint') -> dict:
+    "Recompute the summaries of `out/{name}.json` from its raw timings, and redraw its plots"
+    results = json.loads((out/f'{name}.json').read_text())
     for size in results['sizes']: size.update(summarize(size))
-    (out/'checkpoint.json').write_text(json.dumps(results, indent=1))
-    plot(results, 'blocking', out/'checkpoint_blocking.png'); plot(results, 'total', out/'checkpoint_total.png')
+    (out/f'{name}.json').write_text(json.dumps(results, indent=1))
+    plot(results, 'blocking', out/f'{name}_blocking.png'); plot(results, 'total', out/f'{name}_total.png')
     return results
 
 def main(argv=None):
@@ -253,30 +295,37 @@ def main(argv=None):
     p.add_argument('--settle', type=float, default=0.2, help='seconds to pause (after os.sync) before each measurement')
     p.add_argument('--quiet', type=float, default=30., help='before each repetition, wait up to this many seconds for the CPU pressure to drop below 50%%')
     p.add_argument('--replot', action='store_true', help='only recompute the summaries and plots of an existing checkpoint.json')
+    p.add_argument('--device', default='cpu', help="where the state is: 'cpu' (default) or 'cuda' (writes checkpoint_cuda.json and its plots)")
+    p.add_argument('--methods', default=None, help=f"comma separated (default: all on the CPU, {','.join(DEVICE_METHODS)} on a device)")
     a = p.parse_args(argv)
+    device = torch.device(a.device)
+    if device.type == 'cuda' and not torch.cuda.is_available(): sys.exit('checkpoint_bench.py: --device cuda, and this machine has no CUDA device')
+    methods = a.methods.split(',') if a.methods else METHODS if device.type == 'cpu' else DEVICE_METHODS
+    if unknown := set(methods) - set(METHODS): sys.exit(f'checkpoint_bench.py: no method {sorted(unknown)}; the methods: {", ".join(METHODS)}')
+    name = 'checkpoint' if device.type == 'cpu' else f'checkpoint_{device.type}'
     warnings.filterwarnings('ignore')
-    if a.replot: return replot(Path(a.out))
+    if a.replot: return replot(Path(a.out), name)
     torch.manual_seed(0)
     root, out = Path(a.dir), Path(a.out); root.mkdir(parents=True, exist_ok=True); out.mkdir(parents=True, exist_ok=True)
     results = dict(benchmark='checkpoint', date=now(utc=True),
-                   machine=machine(), filesystem=filesystem(root), reps=a.reps, warmup_reps=1, methods=METHODS,
+                   machine=machine(), device=device_facts(device), filesystem=filesystem(root), reps=a.reps, warmup_reps=1, methods=methods,
                    goals={k: dict(what=w, goal=f'{op} {g}') for k, (w, op, g, *_) in GOALS.items()},
                    settle_s=a.settle, quiet_wait_s=a.quiet, load_at_start=load(),
                    command=' '.join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]), sizes=[])
     print(f'writing to {results["filesystem"]}; torch {torch.__version__}, {torch.get_num_threads()} threads')
     t0 = time.time()
     for mb in [int(s) for s in a.sizes.split(',')]:
-        size = measure_size(mb, a.reps, root, a.settle, a.quiet)
+        size = measure_size(mb, a.reps, root, a.settle, a.quiet, device=device, methods=methods)
         size.update(summarize(size))
         results['sizes'].append(size)
+        results['seconds'] = time.time() - t0
+        (out/f'{name}.json').write_text(json.dumps(results, indent=1))    # after each size: a run cut short keeps what it measured
         for k, r in size['ratios'].items():
             if 'goal' not in r: continue
             print(f'{mb} MB: {k} = {r["median_paired"]:.3f} (of medians {r["of_medians"]:.3f}, of minimums {r["of_minimums"]:.3f}; '
                   f'goal {r["goal"]}: {"met" if r["met"] else "MISSED"}, best-of-N {"met" if r["met_of_minimums"] else "MISSED"})')
-    results['seconds'] = time.time() - t0
-    (out/'checkpoint.json').write_text(json.dumps(results, indent=1))
-    plot(results, 'blocking', out/'checkpoint_blocking.png'); plot(results, 'total', out/'checkpoint_total.png')
-    print(f'wrote {out/"checkpoint.json"} and plots in {results["seconds"]:.0f}s')
+    plot(results, 'blocking', out/f'{name}_blocking.png'); plot(results, 'total', out/f'{name}_total.png')
+    print(f'wrote {out/name}.json and plots in {results["seconds"]:.0f}s')
     return results
 
 if __name__ == '__main__': main()

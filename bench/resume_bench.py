@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import HERE, N_LAYERS, ROW, load, wait_quiet, trim, timed, write_json, now
+from harness import HERE, N_LAYERS, ROW, load, wait_quiet, trim, timed, write_json, now, sync, device_facts
 
 def learner_state(mb:int):
     "A model and fastai `Adam` optimizer of about `mb` MB together, after one step"
@@ -67,13 +67,17 @@ def main():
     p.add_argument('--out', default=str(HERE/'results'), help='folder for resume.json')
     p.add_argument('--quiet', type=float, default=30., help='wait up to this many seconds for CPU pressure below 50%% before each repetition')
     p.add_argument('--cold', action='store_true', help='drop the page cache before each load (Linux, root): read from the disk; writes resume_cold.json')
+    p.add_argument('--device', default='cpu', help="where the model is loaded: 'cpu' (default) or 'cuda' (writes resume_cuda.json)")
     a = p.parse_args()
+    device = torch.device(a.device)
+    if device.type == 'cuda' and not torch.cuda.is_available(): sys.exit('resume_bench.py: --device cuda, and this machine has no CUDA device')
     cold_refused = None
     sizes = []
     for mb in map(int, a.sizes.split(',')):
         folder = Path(tempfile.mkdtemp(prefix='ddpsafe-bench-'))
         model, opt = learner_state(mb)
         save_both(model, opt, folder)
+        model.to(device)           # loaded onto the device: torch files restored there from the memory map, safetensors copied there
         nbytes = sum(f.stat().st_size for f in (folder/'checkpoints').rglob('*') if f.is_file())
         torch_load(model, opt, folder); ddpsafe_resume(model, opt, folder)          # warm-up
         reps = []
@@ -85,7 +89,7 @@ def main():
             for name, f in order:
                 trim()                     # both start with the memory given back, as a fresh process would
                 if a.cold: cold_refused = drop_page_cache() or cold_refused
-                rep[name] = timed(f, model, opt, folder, *([stages] if name == 'ddpsafe' else []))
+                rep[name] = timed(lambda *x: (f(*x), sync(device)), model, opt, folder, *([stages] if name == 'ddpsafe' else []))
             rep['ddpsafe_stages'] = stages
             rep['ratio'] = rep['ddpsafe'] / rep['torch_load']
             rep['load'] = load()
@@ -99,9 +103,9 @@ def main():
         sizes.append(s)
         shutil.rmtree(folder, ignore_errors=True)
     res = dict(date=now(), command=' '.join(sys.argv),
-               machine=dict(platform=platform.platform(), cpus=os.cpu_count(), torch=torch.__version__, threads=torch.get_num_threads()),
+               machine=dict(platform=platform.platform(), cpus=os.cpu_count(), torch=torch.__version__, threads=torch.get_num_threads()), device=device_facts(device),
                page_cache='dropped before each load' if a.cold and not cold_refused else f'not dropped: {cold_refused}' if a.cold else 'warm: the files were just written',
                sizes=sizes)
-    write_json(Path(a.out)/('resume_cold.json' if a.cold else 'resume.json'), res)
+    write_json(Path(a.out)/(f'resume{"_cold" if a.cold else ""}{"" if device.type == "cpu" else "_" + device.type}.json'), res)
 
 if __name__ == '__main__': main()

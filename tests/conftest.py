@@ -26,6 +26,28 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker('slow'): item.add_marker(skip)
 
+def _shm_runs() -> set:
+    "The runs' folders in /dev/shm (slots, memory tiers) on this machine now"
+    from ddpsafe.slots import slots_home
+    return set(slots_home().glob('ddpsafe-*'))
+
+def _in_use(folder:Path) -> bool:
+    "Does a live process (a trainer that sealed a slot, a writer) still own `folder`?"
+    for f in [*folder.rglob('sealed.json'), *folder.rglob('writer.json')]:
+        try: os.kill(int(json.loads(f.read_text())['pid']), 0); return True
+        except PermissionError: return True
+        except (OSError, ValueError, KeyError, TypeError): pass
+    return False
+
+def pytest_sessionstart(session): session.config._shm_before = _shm_runs()
+
+def pytest_sessionfinish(session):
+    """What the tests' killed fits left in /dev/shm removed: sealed slots kept for a next launch that never comes hold this
+    machine's RAM. On the controller alone, after every worker; a folder that was there before, or a live process owns, stays"""
+    if hasattr(session.config, 'workerinput') or not hasattr(session.config, '_shm_before'): return
+    for d in _shm_runs() - session.config._shm_before:
+        if not _in_use(d): shutil.rmtree(d, ignore_errors=True)
+
 def counts(short:int,                # Attempts run by default
            full:int=50,              # Attempts of the slow run
            timeout:float|None=None,  # `pytest.mark.timeout` of the slow run, if it needs its own

@@ -79,7 +79,7 @@ def versions_figures() -> dict:
             'fastai': floor(deps['fastai']), 'fastai_below': re.search(r'<\s*([\d.]+)', deps['fastai']).group(1)}
 
 def gpu_figures() -> dict:
-    "The GPU run: bench/results/gpu.json (bench/gpu_bench.sh)"
+    "The GPU run: bench/results/gpu.json (measured 2026-11-26 by bench/gpu_bench.sh, since folded into bench/gpu.sh)"
     r = json.loads((RESULTS/'gpu.json').read_text())
     ab = r['async_blocking']
     ratio = lambda k: _span([x['ratios'][k] for x in ab], lambda v: f'{v:.2f}' if v < 10 else f'{v:.0f}') + '×'
