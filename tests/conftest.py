@@ -45,6 +45,7 @@ def pytest_sessionfinish(session):
     """What the tests' killed fits left in /dev/shm removed: sealed slots kept for a next launch that never comes hold this
     machine's RAM. On the controller alone, after every worker; a folder that was there before, or a live process owns, stays"""
     if hasattr(session.config, 'workerinput') or not hasattr(session.config, '_shm_before'): return
+    if os.environ.get('DDPSAFE_NESTED_TESTS'): return   # a test's own pytest run: the outer session's tests may still be between a kill and its relaunch
     for d in _shm_runs() - session.config._shm_before:
         if not _in_use(d): shutil.rmtree(d, ignore_errors=True)
 

@@ -13,7 +13,7 @@ def positive(x) -> bool: return isinstance(x, (int, float)) and math.isfinite(x)
 
 @pytest.mark.timeout(700)
 def test_gpu_sh_cpu_smoke(tmp_path):
-    env = {**os.environ, 'GPU_RESULTS': str(tmp_path), 'OMP_NUM_THREADS': '1', 'PATH': f'{Path(sys.executable).parent}:{os.environ["PATH"]}'}
+    env = {**os.environ, 'GPU_RESULTS': str(tmp_path), 'OMP_NUM_THREADS': '1', 'DDPSAFE_NESTED_TESTS': '1', 'PATH': f'{Path(sys.executable).parent}:{os.environ["PATH"]}'}
     try: p = subprocess.run(['bash', str(ROOT/'bench'/'gpu.sh'), '--cpu-smoke'], env=env, capture_output=True, text=True, timeout=680, cwd=tmp_path)
     except subprocess.TimeoutExpired: pytest.fail('gpu.sh --cpu-smoke did not end within 680 s (its steps are bounded by 600 s in all)')
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
