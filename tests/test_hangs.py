@@ -38,7 +38,8 @@ def test_stuck_worker_started_again(tmp_path):
     assert 'HANG in a forked worker' in out, out[-3000:]
     warned = [l for l in out.splitlines() if 'did not reach its loop within 3s of the fork' in l]
     assert len(warned) == 1 and 'rank 1' in warned[0], out[-3000:]
-    assert 'did not reach' not in plain, plain[-3000:]
+    assert 'HANG in a forked worker' not in plain, plain[-3000:]   # nothing hangs on purpose there; a worker it started again anyway
+    # (slow to start on a loaded machine, or gh-112275 itself: a CI run saw it) must still give the same weights, checked here:
     for r in (0, 1):
         a, b = torch.load(tmp_path/f'plain/w.rank{r}'), torch.load(tmp_path/f'stuck/w.rank{r}')
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f'rank {r}: weights differ from the plain run'
