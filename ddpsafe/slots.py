@@ -228,9 +228,17 @@ def _beat(replies, lock, working:threading.Event, every:float):
         try: _say(replies, lock, beat=WRITTEN[0])
         except OSError: return   # the trainer is gone: the job in hand still ends, its reply unread
 
-def serve(jobs=None, replies=None, nice:int=19, beat:float=BEAT):
+def writer_priority(pid:int=0,       # The process; 0: this one
+                    nice:int=19,      # Its niceness: 19 is the lowest priority
+                    idle:bool=True):  # Also schedule it as `SCHED_IDLE` (Linux), on CPU time no other task wants?
+    "Lower process `pid`'s priority, as far as the OS allows"
+    with contextlib.suppress(OSError): os.setpriority(os.PRIO_PROCESS, pid, max(nice, os.getpriority(os.PRIO_PROCESS, pid)))
+    if idle and hasattr(os, 'SCHED_IDLE'):
+        with contextlib.suppress(OSError): os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+
+def serve(jobs=None, replies=None, nice:int=19, idle:bool=True, beat:float=BEAT):
     "The writer process's loop: a job a line from `jobs` (stdin), persisted; a reply a line to `replies` (stdout); ends at the end of `jobs`"
-    with contextlib.suppress(OSError): os.nice(nice)
+    writer_priority(0, nice, idle)   # before its beat thread starts: a thread takes its creator's policy
     if replies is None: replies = os.fdopen(os.dup(1), 'wb', buffering=0); os.dup2(2, 1)   # the replies' pipe is this loop's alone: a line, one write
     lock, working = threading.Lock(), threading.Event()
     threading.Thread(target=_beat, args=(replies, lock, working, beat), daemon=True).start()
@@ -264,18 +272,19 @@ def _ended(rc:int) -> str:
 
 class SlotWriter:
     "A rank's writer process: persists sealed slots in the background, one at a time, in order"
-    def __init__(self, nice:int=19,          # The process's priority
+    def __init__(self, nice:int=19,          # The process's niceness
+                 idle:bool=True,             # Scheduled as `SCHED_IDLE` too (`writer_priority`)?
                  stall:float|None=None,      # Seconds it may write nothing with a job in hand (`writer_stall`)
                  **popen_kwargs):
-        self.nice,self.popen_kwargs,self.stall = nice,popen_kwargs,writer_stall(stall)
+        self.nice,self.idle,self.popen_kwargs,self.stall = nice,idle,popen_kwargs,writer_stall(stall)
         self.proc,self.pending,self.next_id,self.buf,self.written,self.moved = None,{},0,b'',None,time.monotonic()
     def start(self, folder:Path|None=None): # The rank's slots folder: the writer's pid is recorded there, for the next launch
         "Start the process"
         here = str(Path(ddpsafe.__file__).resolve().parent.parent)   # this ddpsafe, first
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, *filter(None, [os.environ.get('PYTHONPATH')])]))
-        self.proc = subprocess.Popen([sys.executable, '-c', f'from ddpsafe.slots import serve; serve(nice={self.nice})'],
+        self.proc = subprocess.Popen([sys.executable, '-c', f'from ddpsafe.slots import serve; serve(nice={self.nice}, idle={self.idle})'],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, **self.popen_kwargs)
-        with contextlib.suppress(OSError): os.setpriority(os.PRIO_PROCESS, self.proc.pid, self.nice)   # at once: `serve` lowers it again once it runs
+        writer_priority(self.proc.pid, self.nice, self.idle)   # at once: `serve` lowers it again once it runs
         if folder is not None: Path(folder).mkdir(parents=True, exist_ok=True); (Path(folder)/WRITER).write_text(json.dumps(dict(pid=self.proc.pid, started=time.time())))
         return self
     @property

@@ -142,14 +142,25 @@ def where_waiting(frame) -> tuple:   # A thread's innermost frame
     return f'in {n} ({fn.rsplit("/", 1)[-1]}:{f.f_lineno}){step}', True
 
 # %% ../nbs/00c_watch.ipynb #26189e00
+_marks = dict(last=None)   # the batches and collectives counted at the heartbeat's last beat
+
+def _moved() -> bool:
+    "Has this rank done a batch or begun a collective since the last call (the last beat)?"
+    mark = (_progress['batches'], _group_seqs() if live() else ())
+    moved, _marks['last'] = mark != _marks['last'], mark
+    return moved
+
+def _main_frame(): return sys._current_frames().get(threading.main_thread().ident)
+
 def _doing(every:float) -> dict:
-    "What the main thread does: the collective it waits in, if one (`waiting_in`); once a fit's batches stand still for two beats, where it waits"
+    "What the main thread does: the collective it has waited in since the last beat, if one (`waiting_in`); once a fit's batches stand still for two beats, where it waits"
     now = time.time()
     if _progress.get('seen') != _progress['batches']: _progress['seen'], _progress['still'] = _progress['batches'], now
     waited = now - max(_progress['still'], _progress['since'])
-    frame = sys._current_frames().get(threading.main_thread().ident)
-    doing = dict(at=now, wait=waiting_in(frame, now))
+    if _moved(): _still.update(sig=None); doing = dict(at=now, wait=None)   # it has gone on: its frames are left alone
+    else: doing = dict(at=now, wait=waiting_in(_main_frame(), now))
     if not _progress['fits'] or waited < 2*every: return doing
+    frame = _main_frame()
     what, alone = where_waiting(frame) if frame is not None else ('in an unknown place', False)
     return dict(doing, what=what, alone=alone, waited=round(waited, 1))
 

@@ -286,7 +286,7 @@ on_main(lambda: 1)                       # what every checkpoint save does: a br
 dist.destroy_process_group(); gc.collect()   # torch's own function: ddpsafe does not replace it
 try: wait_until(lambda: threads() == before, 5, 'the threads to end')   # an ending thread leaves the OS's list a moment later
 except WaitTimeout: pass
-print('THREADS', before, threads(), flush=True)
+print(f'THREADS {before} {threads()}', flush=True)
 """
 
 @pytest.mark.timeout(120)

@@ -172,7 +172,7 @@ import os, sys
 from datetime import timedelta
 from ddpsafe.restarts import init_default_group
 try: init_default_group('gloo', timedelta(seconds=float(sys.argv[1])))
-except RuntimeError as e: print('ERROR', type(e).__name__, e, flush=True); sys.exit(3)
+except RuntimeError as e: print(f'ERROR {type(e).__name__} {e}', flush=True); sys.exit(3)
 print('STARTED', flush=True)
 """
 
