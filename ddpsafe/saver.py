@@ -22,7 +22,7 @@ from .snapshot import StateBuffers, AsyncWriter, Tier, _pace
 from .sharded import write_in_shards, in_shards_to   # how a checkpoint is written in shards, and whether it is
 from .parts import checkpoint_writers
 from .upload import Uploader
-from .slots import slots_home, read_seal, persist_slot, unseal, LinkedFile, still_committed
+from .slots import slots_home, read_seal, sealed_slots, persist_slot, unseal, LinkedFile, still_committed
 from .slot_copy import SlotPipe, everywhere, skeleton, _marks
 from .core import using_side_group
 
@@ -192,6 +192,18 @@ def wait_note(self:Saver, step:int, # The step whose save waited
 
 
 # %% ../nbs/07f_saver.ipynb #7f00001c
+def _discard_slots(folder:Path):
+    "Rank 0: remove a slots folder (and the run's folder above it, once empty)"
+    import shutil
+    shutil.rmtree(folder, ignore_errors=True)
+    with contextlib.suppress(OSError): Path(folder).parent.rmdir()
+
+def _only_on_disk(folder:Path, root:Path) -> bool:
+    "Is every slot sealed in `folder` a step no newer than the newest complete checkpoint in `root`?"
+    disk = newest_complete(root, checksums=False)
+    try: return all(step <= (checkpoint_step(disk) if disk is not None else -1) for step, _ in sealed_slots(folder))
+    except (ValueError, KeyError): return False   # an unreadable seal: left for the next launch, which names it
+
 @patch
 def close(self:Saver):
     "Release the writers, their buffers, the uploader and the claims, however the fit ended"
@@ -204,6 +216,7 @@ def close(self:Saver):
         except Exception as e: self.pipe.error = self.pipe.error or e
         for note in self.pipe.take_notes(): warnings.warn(note)
         if (err := self.pipe.take_error()) is not None: warnings.warn(f'ddpsafe: the background checkpoint write failed too: {err}')
+        if self.memory is None and _only_on_disk(self.pipe.folder, self.root): _discard_slots(self.pipe.folder)   # RAM held for nothing
     if self.uploader is not None: self.uploader.close()  # after an error: the upload in flight ends in the background
     for c in (self.claim, self.far_claim):
         if c is not None: c.release()                    # rank 0's; the other ranks hold inactive copies
@@ -239,12 +252,6 @@ def end(self:Saver, upload_wait:float|None=None, # At most this many seconds for
     self.finish(upload_wait)
     if saved and self.memory is not None and self.memory.settle() is not None: on_main(self.memory.clear)   # its checkpoints are older
     elif saved and self.memory is None and self.pipe is not None: on_main(_discard_slots, self.pipe.folder)   # the async saves' slots: all on disk now
-
-def _discard_slots(folder:Path):
-    "Rank 0: remove a slots folder (and the run's folder above it, once empty)"
-    import shutil
-    shutil.rmtree(folder, ignore_errors=True)
-    with contextlib.suppress(OSError): Path(folder).parent.rmdir()
 
 @patch
 def recover(self:Saver) -> int|None:

@@ -352,6 +352,20 @@ def test_signal_handlers_restored_after_failed_save(folder):
 # One writer thread for every save of a fit, at the lowest priority, ended with the fit
 
 @pytest.mark.timeout(120)
+def test_failed_fit_leaves_no_slots(folder):
+    "A fit with async saves (no memory tier) that raises once its saves are on disk leaves nothing in /dev/shm: two copies of the state held there for nothing, until the same run is launched again"
+    class Boom(Callback):
+        order = 99
+        def after_batch(self):
+            if self.train_iter == 5: self.seen.append(cb.saver.pipe.folder); raise RuntimeError('boom')
+    learn, cb, boom = quiet(synth_learner(n=128, path=folder)), CheckpointCallback(every_steps=2, every_epoch=None, async_save=True, exit_code=None), Boom()
+    boom.seen = []
+    with pytest.raises(RuntimeError, match='boom'): learn.fit(1, cbs=[cb, boom])
+    slots = boom.seen[0]
+    assert newest_complete(folder/'checkpoints').name == checkpoint_name(4), [p.name for p in checkpoints(folder/'checkpoints')]
+    assert not slots.exists() and not slots.parent.exists(), f'slots left in /dev/shm after the failed fit: {sorted(p.name for p in slots.parent.rglob("*"))}'
+
+@pytest.mark.timeout(120)
 def test_one_writer_process_per_fit(folder):
     "Every background save of a fit is committed by the same writer process (issue 61), at idle priority on Linux; it has exited when the fit ends, and no writer thread runs"
     class Seen(CheckpointCallback):
