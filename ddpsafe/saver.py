@@ -198,10 +198,15 @@ def _discard_slots(folder:Path):
     shutil.rmtree(folder, ignore_errors=True)
     with contextlib.suppress(OSError): Path(folder).parent.rmdir()
 
+def _newest_step(*roots) -> int:
+    "The step of the newest complete checkpoint in any of `roots` (`None`s skipped); -1 for none"
+    disk = [newest_complete(r, checksums=False) for r in roots if r is not None]
+    return max((checkpoint_step(p) for p in disk if p is not None), default=-1)
+
 def _only_on_disk(folder:Path, root:Path) -> bool:
     "Is every slot sealed in `folder` a step no newer than the newest complete checkpoint in `root`?"
-    disk = newest_complete(root, checksums=False)
-    try: return all(step <= (checkpoint_step(disk) if disk is not None else -1) for step, _ in sealed_slots(folder))
+    newest = _newest_step(root)
+    try: return all(step <= newest for step, _ in sealed_slots(folder))
     except (ValueError, KeyError): return False   # an unreadable seal: left for the next launch, which names it
 
 @patch
@@ -264,8 +269,7 @@ def recover(self:Saver) -> int|None:
     found.sort()
     if found:
         step, slot = found[-1]
-        disk = [newest_complete(r, checksums=False) for r in filter(None, (self.root, self.far))]
-        if step > max((checkpoint_step(p) for p in disk if p is not None), default=-1):
+        if step > _newest_step(self.root, self.far):
             self.claim.check()
             persist_slot(slot, self.root, self.keep, _comp_name(self.comp), True, step, self._uploading())
             done = step

@@ -142,12 +142,12 @@ def where_waiting(frame) -> tuple:   # A thread's innermost frame
     return f'in {n} ({fn.rsplit("/", 1)[-1]}:{f.f_lineno}){step}', True
 
 # %% ../nbs/00c_watch.ipynb #26189e00
-_marks = dict(last=None)   # the batches and collectives counted at the heartbeat's last beat
+_beat_marks = dict(last=None)   # the batches and collectives counted at the heartbeat's last beat
 
 def _moved() -> bool:
     "Has this rank done a batch or begun a collective since the last call (the last beat)?"
     mark = (_progress['batches'], _group_seqs() if live() else ())
-    moved, _marks['last'] = mark != _marks['last'], mark
+    moved, _beat_marks['last'] = mark != _beat_marks['last'], mark
     return moved
 
 def _main_frame(): return sys._current_frames().get(threading.main_thread().ident)
