@@ -3,28 +3,25 @@ the machine's limits (`memcpy`, `clone`, `raw_write`) and against `torch.save`, 
 `dcp_async_cached`), on `harness.make_state` states (weights and Adam state, 51 fp32 tensors); one warm-up repetition, then
 every method once a repetition in a rotated order, ratios paired within a repetition. `ddpsafe_async` also records what
 async saves hold in host memory (their slots in /dev/shm, the writer process's own pages). Method: the benchmarks page,
-"Checkpoints: blocking time and time to disk" and "Host memory of asynchronous saves".
+"Checkpoints: blocking time and time to disk" and "Host memory of asynchronous saves", which draws the figures.
 
-    python bench/checkpoint_bench.py --sizes 100,500,2000 --reps 7   # -> bench/results/checkpoint.json and its two plots
-    python bench/checkpoint_bench.py --device cuda --sizes 1000,4000 --reps 3   # a state on the GPU -> checkpoint_cuda.json
-    python bench/checkpoint_bench.py --replot                        # the summaries and plots again from checkpoint.json"""
+    python bench/checkpoint_bench.py --sizes 100,500,2000 --reps 7   # -> bench/results/checkpoint.json
+    python bench/checkpoint_bench.py --device cuda --sizes 1000,4000 --reps 3   # a state on the GPU -> checkpoint_cuda.json"""
 from __future__ import annotations
 import os, sys, json, time, shutil, argparse, warnings, statistics
 from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import HERE, make_state, tensors, flat, nbytes, fsync_file, load, wait_quiet, trim, machine, now, rotated, sync, device_facts
-
-# ------------------------------------------------------------------------------------------------------------
-# The methods: each returns (blocking seconds, total seconds, extra details)
+from harness import HERE, make_state, tensors, flat, nbytes, fsync_file, load, wait_quiet, trim, machine, now, rotated, sync, device_facts, command
+from ddpsafe.all import rng_state, checkpoint_writers, write_checkpoint
+from ddpsafe.slot_copy import SlotPipe
+from ddpsafe.slots import slots_home
+from ddpsafe.memory import MemoryTier
 
 class Bench:
+    "The methods: each returns (blocking seconds, total seconds, extra details)"
     def __init__(self, state, folder:Path, device=torch.device('cpu')):
-        from ddpsafe.slot_copy import SlotPipe
-        from ddpsafe.slots import slots_home
-        from ddpsafe.memory import MemoryTier
-        from ddpsafe.checkpoint import rng_state
         from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
         self.state, self.folder, self.flat, self.device = state, folder, flat(state), device
         self.bufs = [torch.empty(t.shape, dtype=t.dtype, pin_memory=device.type == 'cuda') for t in tensors(state)]   # memcpy's reused host buffers
@@ -58,20 +55,23 @@ class Bench:
         del c
         return dt, dt, {}
 
-    def raw_write(self):
-        p = self.target('raw')
-        t0 = time.perf_counter()
-        with open(p, 'wb', buffering=0) as f:
-            for t in tensors(self.state): f.write(memoryview(t.numpy()).cast('B'))
-            t1 = time.perf_counter()
-            os.fsync(f.fileno())
+    def _to_disk(self, name, write):
+        "`write` a file, then fsync it: the seconds of both, and of the fsync"
+        p = self.target(name)
+        t0 = time.perf_counter(); write(p); t1 = time.perf_counter()
+        fsync_file(p)
         dt = time.perf_counter() - t0
         return dt, dt, dict(fsync=time.perf_counter() - t1)
+
+    def raw_write(self):
+        def write(p):
+            with open(p, 'wb', buffering=0) as f:
+                for t in tensors(self.state): f.write(memoryview(t.numpy()).cast('B'))
+        return self._to_disk('raw', write)
 
     def _files(self, state) -> dict: return {'model.safetensors': state['model'], 'optimizer.pt': state['opt'], 'state.pt': self.ckstate, 'rng.pt': self.rngs}
 
     def _ddpsafe_files(self, snap, timings=None):
-        from ddpsafe.parts import checkpoint_writers
         files = checkpoint_writers(self._files(snap))
         if timings is None: return files
         def timed(name, w):
@@ -81,7 +81,6 @@ class Bench:
         return {k: timed(k, w) for k, w in files.items()}
 
     def ddpsafe_sync(self):
-        from ddpsafe.manifest import write_checkpoint
         timings = {}
         t0 = time.perf_counter()
         write_checkpoint(self.target('ddpsafe-sync'), 1000, self._ddpsafe_files(self.state, timings), self.meta)
@@ -117,24 +116,11 @@ class Bench:
         if self.tier.off or self.tier.holds()[-1][0] != self.n: raise RuntimeError(f'the memory tier ({self.tier.folder}) did not take step {self.n}')
         return dt, dt, {}
 
-    def torch_save(self):
-        p = self.target('torch.pt')
-        t0 = time.perf_counter()
-        torch.save(self.state, p)
-        t1 = time.perf_counter()
-        fsync_file(p)
-        dt = time.perf_counter() - t0
-        return dt, dt, dict(fsync=time.perf_counter() - t1)
+    def torch_save(self): return self._to_disk('torch.pt', lambda p: torch.save(self.state, p))
 
     def safetensors(self):
         import safetensors.torch as st
-        p = self.target('st.safetensors')
-        t0 = time.perf_counter()
-        st.save_file(self.flat, str(p))
-        t1 = time.perf_counter()
-        fsync_file(p)
-        dt = time.perf_counter() - t0
-        return dt, dt, dict(fsync=time.perf_counter() - t1)
+        return self._to_disk('st.safetensors', lambda p: st.save_file(self.flat, str(p)))
 
     def dcp_save(self):
         import torch.distributed.checkpoint as dcp
@@ -163,9 +149,6 @@ METHODS = ['memcpy', 'clone', 'raw_write', 'ddpsafe_sync', 'ddpsafe_async', 'mem
            'dcp_save', 'dcp_async', 'dcp_async_cached']
 DEVICE_METHODS = ['memcpy', 'ddpsafe_async', 'memory_tier', 'dcp_async', 'torch_save']   # `--device cuda`'s default: what a GPU's state is saved with
 
-# ------------------------------------------------------------------------------------------------------------
-# One size
-
 def measure_size(mb:int, reps:int, root:Path, settle:float=0.2, quiet:float=0., log=print, device=torch.device('cpu'), methods=METHODS) -> dict:
     "Every method on a state of `mb` MB on `device`, `reps` repetitions after one warm-up; the raw timings"
     from fastai.torch_core import to_device
@@ -186,8 +169,8 @@ def measure_size(mb:int, reps:int, root:Path, settle:float=0.2, quiet:float=0., 
                 shutil.rmtree(folder, ignore_errors=True); folder.mkdir()
                 trim()
                 if rep >= 0: runs[m].append(dict(blocking=blocking, total=total, cpu=cpu, order=order.index(m), **extra))
-            if rep >= 0: machine_load.append(dict(before=before, after=load(), waited_for_quiet_s=waited))
             if rep >= 0:
+                machine_load.append(dict(before=before, after=load(), waited_for_quiet_s=waited))
                 log(f'  {mb} MB rep {rep+1}/{reps}: ' + ', '.join(f'{m} {runs[m][-1]["blocking"]:.3f}/{runs[m][-1]["total"]:.3f}' for m in methods))
     finally:
         b.close()
@@ -236,9 +219,6 @@ def summarize(size:dict) -> dict:
                                                       median_paired=(slots + writer)/size['bytes'], slots_bytes=slots, writer_anon_bytes=writer)
     return dict(median=med, best=best, ratios=ratios)
 
-# ------------------------------------------------------------------------------------------------------------
-# Machine facts
-
 def filesystem(path:Path) -> dict:
     "The mount that holds `path`: mount point, type, device"
     path, best = Path(path).resolve(), None
@@ -247,55 +227,15 @@ def filesystem(path:Path) -> dict:
         if (path == Path(mnt) or Path(mnt) in path.parents) and (best is None or len(mnt) > len(best[1])): best = (dev, mnt, typ)
     return dict(path=str(path), device=best[0], mount=best[1], type=best[2]) if best else dict(path=str(path))
 
-# ------------------------------------------------------------------------------------------------------------
-# Plots
-
-LABELS = dict(memcpy='memcpy\n(reused)', clone='clone()', raw_write='raw write\n+fsync', ddpsafe_sync='ddpsafe\nsync',
-              ddpsafe_async='ddpsafe\nasync', memory_tier='ddpsafe\nmemory tier', torch_save='torch.save\n+fsync', safetensors='safetensors\n+fsync',
-              dcp_save='DCP\nsave', dcp_async='DCP\nasync_save', dcp_async_cached='DCP async\n(cached)')
-
-def plot(results:dict, kind:str, path=None):
-    "Horizontal bars of the median `kind` ('blocking' or 'total') seconds per method, one panel per size"
-    import matplotlib; matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    sizes = results['sizes']
-    fig, axs = plt.subplots(1, len(sizes), figsize=(5*len(sizes), 4), squeeze=False)
-    for ax, s in zip(axs[0], sizes):
-        meths = [m for m in METHODS if m in s['median'] and (kind == 'total' or m != 'raw_write')]
-        vals = [s['median'][m][kind] for m in meths]
-        cols = ['tab:green' if m.startswith('ddpsafe') else 'tab:gray' if m in ('memcpy', 'clone', 'raw_write') else 'tab:blue' for m in meths]
-        ax.barh(range(len(meths)), vals, color=cols)
-        ax.set_yticks(range(len(meths)), [LABELS[m].replace('\n', ' ') for m in meths], fontsize=8); ax.invert_yaxis()
-        ax.set_title(f'{s["bytes"]/1e6:.0f} MB, {s["n_tensors"]} tensors', fontsize=10); ax.set_xlabel(f'{kind}, seconds (median)', fontsize=8)
-        for i, v in enumerate(vals): ax.text(v, i, f' {v:.2f}', va='center', fontsize=7)
-        ax.set_xlim(0, max(vals)*1.25)
-    fs = results['filesystem']
-    fig.suptitle(f'Checkpoint {kind} time, median of {results["reps"]} (green: ddpsafe, gray: machine limits, blue: others); '
-                 f'{fs.get("type")} on {fs.get("device")}, {results["date"][:10]}', fontsize=10)
-    fig.tight_layout()
-    if path: fig.savefig(path, dpi=110)
-    return fig
-
-# ------------------------------------------------------------------------------------------------------------
-
-def replot(out:Path, name:str='checkpoint') -> dict:
-    "Recompute the summaries of `out/{name}.json` from its raw timings, and redraw its plots"
-    results = json.loads((out/f'{name}.json').read_text())
-    for size in results['sizes']: size.update(summarize(size))
-    (out/f'{name}.json').write_text(json.dumps(results, indent=1))
-    plot(results, 'blocking', out/f'{name}_blocking.png'); plot(results, 'total', out/f'{name}_total.png')
-    return results
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--sizes', default='100,500,2000', help='state sizes in MB, comma separated (default 100,500,2000)')
     p.add_argument('--reps', type=int, default=7, help='measured repetitions per size (default 7), after one warm-up')
     p.add_argument('--dir', default='/tmp/ddpsafe-bench', help='where the checkpoints are written (default /tmp/ddpsafe-bench)')
-    p.add_argument('--out', default=str(HERE/'results'), help='folder for checkpoint.json and the plots')
+    p.add_argument('--out', default=str(HERE/'results'), help='folder for checkpoint.json')
     p.add_argument('--settle', type=float, default=0.2, help='seconds to pause (after os.sync) before each measurement')
     p.add_argument('--quiet', type=float, default=30., help='before each repetition, wait up to this many seconds for the CPU pressure to drop below 50%%')
-    p.add_argument('--replot', action='store_true', help='only recompute the summaries and plots of an existing checkpoint.json')
-    p.add_argument('--device', default='cpu', help="where the state is: 'cpu' (default) or 'cuda' (writes checkpoint_cuda.json and its plots)")
+    p.add_argument('--device', default='cpu', help="where the state is: 'cpu' (default) or 'cuda' (writes checkpoint_cuda.json)")
     p.add_argument('--methods', default=None, help=f"comma separated (default: all on the CPU, {','.join(DEVICE_METHODS)} on a device)")
     a = p.parse_args(argv)
     device = torch.device(a.device)
@@ -304,14 +244,13 @@ def main(argv=None):
     if unknown := set(methods) - set(METHODS): sys.exit(f'checkpoint_bench.py: no method {sorted(unknown)}; the methods: {", ".join(METHODS)}')
     name = 'checkpoint' if device.type == 'cpu' else f'checkpoint_{device.type}'
     warnings.filterwarnings('ignore')
-    if a.replot: return replot(Path(a.out), name)
     torch.manual_seed(0)
     root, out = Path(a.dir), Path(a.out); root.mkdir(parents=True, exist_ok=True); out.mkdir(parents=True, exist_ok=True)
     results = dict(benchmark='checkpoint', date=now(utc=True),
                    machine=machine(), device=device_facts(device), filesystem=filesystem(root), reps=a.reps, warmup_reps=1, methods=methods,
                    goals={k: dict(what=w, goal=f'{op} {g}') for k, (w, op, g, *_) in GOALS.items()},
                    settle_s=a.settle, quiet_wait_s=a.quiet, load_at_start=load(),
-                   command=' '.join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]), sizes=[])
+                   command=command('checkpoint_bench.py', argv), sizes=[])
     print(f'writing to {results["filesystem"]}; torch {torch.__version__}, {torch.get_num_threads()} threads')
     t0 = time.time()
     for mb in [int(s) for s in a.sizes.split(',')]:
@@ -324,8 +263,7 @@ def main(argv=None):
             if 'goal' not in r: continue
             print(f'{mb} MB: {k} = {r["median_paired"]:.3f} (of medians {r["of_medians"]:.3f}, of minimums {r["of_minimums"]:.3f}; '
                   f'goal {r["goal"]}: {"met" if r["met"] else "MISSED"}, best-of-N {"met" if r["met_of_minimums"] else "MISSED"})')
-    plot(results, 'blocking', out/f'{name}_blocking.png'); plot(results, 'total', out/f'{name}_total.png')
-    print(f'wrote {out/name}.json and plots in {results["seconds"]:.0f}s')
+    print(f'wrote {out/name}.json in {results["seconds"]:.0f}s')
     return results
 
 if __name__ == '__main__': main()

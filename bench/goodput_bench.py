@@ -1,54 +1,48 @@
-"""Goodput under preemption: useful optimizer steps per second of a job (`goodput_train.py`, 2 CPU ranks under `torchrun`)
+"""Goodput under preemption: useful optimizer steps per second of a job (`torchrun_fit.py`, 2 CPU ranks under `torchrun`)
 preempted again and again (`SCENARIOS`), against the same job left alone, and where the lost time goes (`SHARES`).
 Method and shares: the benchmarks page, "Goodput under preemption".
 
-    python bench/goodput_bench.py --parallel --seconds 360       # all 5 at once (16 cores) -> results/goodput.json, .png
-    python bench/goodput_bench.py --replot                       # the table and figure again from results/goodput*.json*"""
+    python bench/goodput_bench.py --parallel --seconds 360       # all 5 at once (16 cores) -> results/goodput.json
+    python bench/goodput_bench.py --recount                      # the accounting again from results/goodput_raw.json.gz"""
 from __future__ import annotations
-import os, sys, gzip, json, time, shutil, signal, socket, argparse, platform, datetime, statistics, subprocess, tempfile, importlib.util
+import os, sys, gzip, json, time, shutil, signal, socket, argparse, statistics, subprocess, tempfile, importlib.util
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
+from itertools import product
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import HERE, write_json
+from harness import HERE, write_json, machine, now, command
 ROOT = HERE.parent
-TRAIN, REQUEUE = HERE/'goodput_train.py', ROOT/'examples'/'requeue.sh'
+TRAIN, REQUEUE = HERE/'torchrun_fit.py', ROOT/'examples'/'requeue.sh'
 BIN = Path(sys.executable).parent
 
 # stamps the launch (number, time, pid) and becomes the launcher: the scheduler's signal reaches torchrun itself
-WRAP = r'''n=$(cat "$GOODPUT_LOG/launches.jsonl" 2>/dev/null | wc -l)
-echo "{\"ev\": \"launch\", \"t\": $EPOCHREALTIME, \"pid\": $$, \"launch\": $n}" >> "$GOODPUT_LOG/launches.jsonl"
-export GOODPUT_LAUNCH=$n
+WRAP = r'''n=$(cat "$BENCH_LOG/launches.jsonl" 2>/dev/null | wc -l)
+echo "{\"ev\": \"launch\", \"t\": $EPOCHREALTIME, \"pid\": $$, \"launch\": $n}" >> "$BENCH_LOG/launches.jsonl"
+export BENCH_LAUNCH=$n
 exec "$@"'''
 # `ddpsafe-status`, stamped: what requeue.sh and the benchmark's own loop call
 STATUS = '''#!/usr/bin/env bash
-echo "{\\"ev\\": \\"status_start\\", \\"t\\": $EPOCHREALTIME}" >> "$GOODPUT_LOG/status.jsonl"
+echo "{\\"ev\\": \\"status_start\\", \\"t\\": $EPOCHREALTIME}" >> "$BENCH_LOG/status.jsonl"
 {real} "$@"; code=$?
-echo "{\\"ev\\": \\"status_end\\", \\"t\\": $EPOCHREALTIME, \\"code\\": $code}" >> "$GOODPUT_LOG/status.jsonl"
+echo "{\\"ev\\": \\"status_end\\", \\"t\\": $EPOCHREALTIME, \\"code\\": $code}" >> "$BENCH_LOG/status.jsonl"
 exit $code
 '''
 
-# the console scripts, where sys.executable's folder lacks them: the same interpreter runs them
-TORCHRUN = '#!/usr/bin/env bash\nexec "{python}" -m torch.distributed.run "$@"\n'
+# `ddpsafe-status`, where sys.executable's folder lacks the console script: the same interpreter runs it
 STATUS_PY = 'import sys\nfrom ddpsafe.cli import ddpsafe_status\nsys.exit(ddpsafe_status())\n'   # as pyproject.toml's [project.scripts]
 
 SCENARIOS = ('baseline', 'sigterm', 'sigkill', 'auto', 'memory')
 KILLED = ('sigkill', 'auto', 'memory')       # a SIGKILL of a rank every --kill-every s; the benchmark's own loop starts the job again
-INFO = ('interval',)                         # events that tell, not a boundary of the accounting
+INFO = ('interval', 'ctx', 'before_fit', 'ddp_wrapped', 'first_step', 'epoch')    # events that tell, not a boundary of the accounting
 
 SHARES = ['useful steps', 'steps done twice', 'saves', 'saves: memory', 'start-up: launcher', 'start-up: interpreter', 'start-up: imports',
           'start-up: init', 'resume', 'stop and exit', 'launcher shut-down', 'requeue', 'cut at the end']
-DETAIL = {'proc': 'start-up: launcher', 'py_start': 'start-up: interpreter', 'import_torch': 'import torch', 'import_fastai': 'import fastai',
-          'import_ddpsafe': 'import ddpsafe', 'learner': 'data and model', 'fit_start': 'process group and DDP', 'resume_start': 'fit set-up',
-          'resume_end': 'resume: find, verify, load', 'fit_ready': 'fit set-up', 'save_end': 'saves', 'fit_end': 'stop and exit',
-          'exit': 'stop and exit', 'status_start': 'launcher shut-down', 'status_end': 'requeue: ddpsafe-status', 'launch': 'requeue: loop and launch'}
-TOP = {'import torch': 'start-up: imports', 'import fastai': 'start-up: imports', 'import ddpsafe': 'start-up: imports',
-       'data and model': 'start-up: init', 'process group and DDP': 'start-up: init', 'fit set-up': 'resume',
-       'resume: find, verify, load': 'resume', 'resume: first step above the median': 'resume',
-       'requeue: ddpsafe-status': 'requeue', 'requeue: loop and launch': 'requeue'}
-COLORS = {'useful steps': 'tab:green', 'steps done twice': 'tab:red', 'saves': 'tab:orange', 'saves: memory': '#ffbb78', 'start-up: launcher': '#1f77b4',
-          'start-up: interpreter': '#4f97d4', 'start-up: imports': '#7fb7e4', 'start-up: init': '#afd7f4', 'resume': 'tab:purple',
-          'stop and exit': 'tab:brown', 'launcher shut-down': 'tab:pink', 'requeue': 'tab:olive', 'cut at the end': 'tab:gray'}
+SHARE_OF = {'proc': 'start-up: launcher', 'py_start': 'start-up: interpreter', 'import_torch': 'start-up: imports', 'import_fastai': 'start-up: imports',
+            'import_ddpsafe': 'start-up: imports', 'learner': 'start-up: init', 'fit_start': 'start-up: init', 'resume_start': 'resume',
+            'resume_end': 'resume', 'fit_ready': 'resume', 'fit_end': 'stop and exit', 'exit': 'stop and exit',
+            'status_start': 'launcher shut-down', 'status_end': 'requeue', 'launch': 'requeue'}   # an interval: the share of the event that ends it
 
 def free_ports(n:int) -> list:
     "`n` distinct TCP ports free now on this machine (held open together while chosen): each job's torchrun rendezvous gets its own"
@@ -89,17 +83,15 @@ class Job:
         self.name, self.dir, self.a = name, folder, a
         self.job, self.logs, self.bin = folder/'job', folder/'logs', folder/'bin'
         for d in (self.job, self.logs, self.bin): d.mkdir(parents=True, exist_ok=True)
-        self.torchrun = shutil.which('torchrun', path=str(BIN))
-        if self.torchrun is None: self.torchrun = str(self.script('torchrun', TORCHRUN.replace('{python}', sys.executable)))
         real = shutil.which('ddpsafe-status', path=str(BIN))
         real = f'"{real}"' if real else f'"{sys.executable}" "{self.script("ddpsafe_status.py", STATUS_PY)}"'
         self.script('ddpsafe-status', STATUS.replace('{real}', real))
         self.env = {**child_env(), 'PATH': f'{self.bin}:{BIN}:{os.environ.get("PATH", "")}', 'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1',
-                    'DDPSAFE_TIMEOUT': '60', 'GOODPUT_LOG': str(self.logs)}
+                    'DDPSAFE_TIMEOUT': '60', 'BENCH_LOG': str(self.logs)}
         self.ckpt, self.port = self.job/'checkpoints', port or free_ports(1)[0]
         shm = Path('/dev/shm') if Path('/dev/shm').is_dir() else Path(tempfile.gettempdir())
         self.memory = shm/f'ddpsafe-goodput-{os.getpid()}-{name}' if name == 'memory' else None
-        self.config = dict(every_seconds='auto' if name == 'auto' else a.save_every_seconds, port=self.port, torchrun=self.torchrun,
+        self.config = dict(every_seconds='auto' if name == 'auto' else a.save_every_seconds, port=self.port,
                            status=real, **(dict(memory_every_steps=a.memory_every_steps, memory_path=str(self.memory)) if self.memory else {}))
         self.out = open(folder/'output.log', 'a')
         self.sent, self.notes, self.procs = [], [], []
@@ -111,7 +103,7 @@ class Job:
     def launch_cmd(self) -> list:
         c = self.config
         mem = ['--memory-every-steps', str(c['memory_every_steps']), '--memory-path', c['memory_path']] if self.memory else []
-        return ['bash', '-c', WRAP, 'launch', self.torchrun, '--nproc_per_node', '2', '--master_port', str(self.port), str(TRAIN),
+        return ['bash', '-c', WRAP, 'launch', sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port', str(self.port), str(TRAIN),
                 str(self.job), '--every-seconds', str(c['every_seconds']), *mem]
     def start(self, cmd:list) -> subprocess.Popen:
         p = subprocess.Popen(cmd, stdout=self.out, stderr=subprocess.STDOUT, start_new_session=True, env=self.env, cwd=self.job)
@@ -133,19 +125,13 @@ class Job:
         return subprocess.run(['ddpsafe-status', str(self.ckpt)], env=self.env, stdout=self.out, stderr=subprocess.STDOUT, timeout=120).returncode
     def stop(self, timeout:float=60.):
         "After the window: SIGTERM to every live loop or launcher, then SIGKILL to what is left (ranks included)"
-        for p in self.procs:
-            if p.poll() is None:
-                try: os.kill(p.pid, signal.SIGTERM)
-                except ProcessLookupError: pass
-        if (pid := self.launcher_pid()): os.kill(pid, signal.SIGTERM)
+        for pid in [p.pid for p in self.procs if p.poll() is None] + [pid for pid in [self.launcher_pid()] if pid]:
+            with suppress(ProcessLookupError): os.kill(pid, signal.SIGTERM)
         t = time.monotonic() + timeout
         while time.monotonic() < t and any(p.poll() is None for p in self.procs): time.sleep(0.1)
         ranks = [e['pid'] for f in self.logs.glob('launch*.rank*.jsonl') for e in read_jsonl(f) if e['ev'] == 'proc']
-        for pid in [p.pid for p in self.procs] + ranks:
-            try: os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError): pass
-            try: os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError): pass
+        for pid, kill in product([p.pid for p in self.procs] + ranks, (os.killpg, os.kill)):
+            with suppress(ProcessLookupError, PermissionError): kill(pid, signal.SIGKILL)
         for p in self.procs: p.wait()
         self.out.close()
         if self.memory: shutil.rmtree(self.memory, ignore_errors=True)
@@ -179,9 +165,6 @@ def run_scenario(name:str, folder:Path, a, port:int|None=None) -> dict:
                ranks={str(l['launch']): {'0': job.rank_events(l['launch'], 0)} for l in job.launches()})   # rank 1's: in the work folder
     return raw
 
-# ---------------------------------------------------------------------------------------------------------------
-# The accounting
-
 def timeline(raw:dict, r:int=0) -> list:
     "Every event of the scenario in time order: launches, rank `r`'s events, ddpsafe-status stamps"
     evs = [dict(l, ev='launch') for l in raw['launches']] + [dict(s) for s in raw['status']]
@@ -201,8 +184,8 @@ def account(raw:dict, r:int=0) -> dict:
     last = {}                                            # step number: index of its last execution
     for i, e in enumerate(steps): last[e['g']] = i
     counts = set(i for g, i in last.items() if g <= useful)
-    detail, pending, prev, first = {}, [], t0, {}
-    add = lambda k, d: detail.__setitem__(k, detail.get(k, 0.) + d)
+    shares, pending, prev, first = {s: 0. for s in SHARES}, [], t0, {}
+    add = lambda k, d: shares.__setitem__(k, shares.get(k, 0.) + d)
     negative, step_time, si = [], [], 0
     for e in evs:
         d = e['t'] - prev
@@ -217,13 +200,12 @@ def account(raw:dict, r:int=0) -> dict:
             else: step_time.append(tot)
             si += 1; continue
         if pending: add('steps done twice', sum(pending)); pending = []   # a step cut short
-        if e['ev'] == 'exit' or e['ev'] == 'fit_end': add('stop and exit', d)
-        elif e['ev'] == 'save_end': add('saves: memory' if e.get('reason') == 'memory' else 'saves', d)
-        else: add(DETAIL.get(e['ev'], e['ev']), d)
+        if e['ev'] == 'save_end': add('saves: memory' if e.get('reason') == 'memory' else 'saves', d)
+        else: add(SHARE_OF.get(e['ev'], e['ev']), d)
     add('cut at the end', end - prev + sum(pending))
     med = statistics.median(step_time) if step_time else 0.
     for share, tot in first.values():                   # the first step of each launch: above a median step, it is the resume's
-        extra = max(tot - med, 0.); add(share, -extra); add('resume: first step above the median', extra)
+        extra = max(tot - med, 0.); add(share, -extra); add('resume', extra)
     blocked, began, saved_to = {'disk': [], 'memory': []}, None, {}   # each save's blocking time; which tier holds each step
     for e in evs:
         if e['ev'] == 'save_start': began = e['t']
@@ -239,25 +221,18 @@ def account(raw:dict, r:int=0) -> dict:
         chosen = [dict(at_s=round(e['t'] - t0, 3), seconds=round(e['seconds'], 3), rule=e['rule'])
                   for e in every if e['ev'] == 'interval' and e.get('launch') == l['launch']]
         resumed = next((e['step'] for e in le if e['ev'] == 'resume_end'), None)
-        ls = [e['g'] for e in le if e['ev'] == 'step']
-        at = lambda name: next((round(e['t'] - t0, 3) for e in le if e['ev'] == name), None)
-        per_launch.append(dict(launch=l['launch'], at_s=round(l['t'] - t0, 3), rank_start_s=at('proc'), fit_ready_s=at('fit_ready'),
-                               resumed_from=resumed, resumed_from_tier=None if not resumed else   # a tie: the disk's (as `_resume`)
+        per_launch.append(dict(launch=l['launch'], at_s=round(l['t'] - t0, 3), steps=sum(e['ev'] == 'step' for e in le), resumed_from=resumed,
+                               resumed_from_tier=None if not resumed else   # a tie: the disk's (as `_resume`)
                                    'disk' if 'disk' in saved_to.get(resumed, ()) else 'memory' if resumed in saved_to else '?',
                                **(dict(interval_s=chosen[-1]['seconds'] if chosen else None, intervals=chosen,
                                        interval_note=next((e['note'] for e in reversed(every) if e['ev'] == 'interval' and e.get('launch') == l['launch']), None))
-                                  if raw.get('config', {}).get('every_seconds') == 'auto' else {}),
-                               steps=len(ls), first_step=min(ls, default=None), last_step=max(ls, default=None), exit_s=at('exit'),
-                               signals=[dict(at_s=round(x['t'] - t0, 3), sig=x['sig'], **({'rank': x['rank']} if 'rank' in x else {}))
-                                        for x in raw['sent'] if x['launch'] == l['launch'] and x['t'] <= end]))
-    shares = {s: 0. for s in SHARES}
-    for k, v in detail.items(): shares[TOP.get(k, k)] += v
+                                  if raw.get('config', {}).get('every_seconds') == 'auto' else {})))
     wall = end - t0
     sent = [s for s in raw['sent'] if s['t'] <= end]
     return dict(wall_s=wall, useful_steps=useful, useful_steps_counted=len(counts), steps_done=len(steps),
                 goodput_steps_per_s=useful/wall, median_step_ms=med*1e3, launches=sum(l['t'] <= end for l in raw['launches']),
                 signals=len(sent), shares_s=shares, shares_pct={k: 100*v/wall for k, v in shares.items()},
-                detail_s=dict(sorted(detail.items(), key=lambda kv: -kv[1])), sum_s=sum(shares.values()),
+                sum_s=sum(shares.values()),
                 out_of_order=negative, notes=raw['notes'], per_launch=per_launch,
                 saves=len(blocked['disk']), memory_saves=len(blocked['memory']), config=raw.get('config', {}),
                 save_blocking_ms={k: dict(n=len(v), median=1e3*statistics.median(v), max=1e3*max(v)) for k, v in blocked.items() if v},
@@ -266,129 +241,21 @@ def account(raw:dict, r:int=0) -> dict:
                         intervals_per_launch=[x['interval_s'] for x in per_launch]) if raw.get('config', {}).get('every_seconds') == 'auto' else {}),
                 status_codes=[s['code'] for s in raw['status'] if s['ev'] == 'status_end' and s['t'] <= end])
 
-# ---------------------------------------------------------------------------------------------------------------
-# What start-up costs: the script's imports, in fresh processes
-
-IMPORTS = dict(torch='import torch',
-               fastai='from fastai.data.core import DataLoaders; from fastai.learner import Learner; '
-                      'from fastai.callback.progress import ProgressCallback; import fastai.distributed',
-               ddpsafe='import ddpsafe.all; from ddpsafe.checkpoint import CheckpointCallback')
-
-def import_costs(reps:int) -> dict:
-    "Wall time of the interpreter and of each group of imports (median of `reps` fresh processes), and -X importtime of ddpsafe's"
-    env = {**child_env(), 'OMP_NUM_THREADS': '1'}
-    code = 'import time, json; t = [time.perf_counter()]\n' + ''.join(f'{c}\nt.append(time.perf_counter())\n' for c in IMPORTS.values()) + \
-           'print(json.dumps([b - a for a, b in zip(t, t[1:])]))'
-    walls, bare = [], []
-    for _ in range(reps):
-        t = time.perf_counter(); subprocess.run([sys.executable, '-c', 'pass'], env=env, check=True); bare.append(time.perf_counter() - t)
-        t = time.perf_counter(); out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True, check=True)
-        walls.append(dict(zip(IMPORTS, json.loads(out.stdout.strip().splitlines()[-1])), process=time.perf_counter() - t))
-    res = dict(reps=reps, interpreter_s=statistics.median(bare),
-               wall_s={k: statistics.median(w[k] for w in walls) for k in [*IMPORTS, 'process']},
-               wall_s_per_rep=walls)
-    # -X importtime of each group after the ones before it: the modules it newly imports, their self times by top-level package
-    order, by_stage = list(IMPORTS), {}
-    for i, k in enumerate(order):
-        pre = '\n'.join(IMPORTS[j] for j in order[:i])
-        out = subprocess.run([sys.executable, '-c', pre + '\nimport sys; print("\\n".join(sys.modules))'], env=env, capture_output=True, text=True, check=True)
-        before = set(out.stdout.split())
-        it = subprocess.run([sys.executable, '-X', 'importtime', '-c', pre + '\n' + IMPORTS[k]], env=env, capture_output=True, text=True, check=True)
-        pkgs = {}
-        for line in it.stderr.splitlines():
-            if not line.startswith('import time:') or 'self [us]' in line: continue
-            selfus, cum, name = line[len('import time:'):].split('|')
-            name = name.strip()
-            if name in before: continue
-            pkg = name.split('.')[0]
-            pkgs[pkg] = pkgs.get(pkg, 0) + int(selfus)/1e6
-        by_stage[k] = dict(sorted(((p, round(s, 4)) for p, s in pkgs.items()), key=lambda kv: -kv[1]))
-    res['importtime_self_s_by_package'] = by_stage      # -X importtime inflates times; read them as shares
-    dd = by_stage['ddpsafe']
-    res['ddpsafe_stage'] = dict(total_s=sum(dd.values()), ddpsafe_own_s=dd.get('ddpsafe', 0.),
-                                others_s=sum(v for p, v in dd.items() if p != 'ddpsafe'),
-                                top_others=dict(list((p, v) for p, v in dd.items() if p != 'ddpsafe')[:8]))
-    return res
-
-# ---------------------------------------------------------------------------------------------------------------
-
-def table(res:dict) -> str:
-    "The shares per scenario, as text"
-    sc = res['scenarios']
-    base = sc.get('baseline', {}).get('goodput_steps_per_s')
-    w = 28
-    lines = [f"{'':{w}}" + ''.join(f'{k:>16}' for k in sc)]
-    row = lambda label, f: lines.append(f'{label:{w}}' + ''.join(f'{f(v):>16}' for v in sc.values()))
-    row('wall, s', lambda v: f"{v['wall_s']:.0f}")
-    row('useful steps', lambda v: f"{v['useful_steps']}")
-    row('goodput, steps/s', lambda v: f"{v['goodput_steps_per_s']:.1f}")
-    if base: row('goodput / baseline', lambda v: f"{v['goodput_steps_per_s']/base:.3f}")
-    row('median step, ms', lambda v: f"{v['median_step_ms']:.1f}")
-    row('launches / signals / saves', lambda v: f"{v['launches']}/{v['signals']}/{v['saves']}")
-    blocks = lambda v, k: f"{v['save_blocking_ms'][k]['median']:.1f}" if k in v.get('save_blocking_ms', {}) else '-'
-    row('save blocks, ms (median)', lambda v: blocks(v, 'disk'))
-    if any(v.get('memory_saves') for v in sc.values()):
-        row('memory saves', lambda v: f"{v.get('memory_saves', 0)}")
-        row('memory save blocks, ms', lambda v: blocks(v, 'memory'))
-        row('resumed from memory', lambda v: f"{v.get('resumed_from_memory', 0)} of {max(v['launches'] - 1, 0)}")
-    if any('interval_s' in v for v in sc.values()):
-        row('interval chosen, s (last)', lambda v: '-' if v.get('interval_s') is None else f"{v['interval_s']:.1f}")
-    lines.append('share of the wall time, % (seconds)')
-    for s in SHARES: row(f'  {s}', lambda v: f"{v['shares_pct'].get(s, 0.):.1f} ({v['shares_s'].get(s, 0.):.1f})")
-    row('  sum, % of wall', lambda v: f"{100*v['sum_s']/v['wall_s']:.1f}")
-    row('steps counted = lineage', lambda v: 'yes' if v['useful_steps_counted'] == v['useful_steps'] else f"{v['useful_steps_counted']} != {v['useful_steps']}")
-    row('events out of order', lambda v: f"{len(v['out_of_order'])}")
-    return '\n'.join(lines)
-
-def plot(res:dict, path:Path):
-    "A stacked bar of the shares per scenario"
-    import matplotlib; matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    sc = res['scenarios']
-    base = sc.get('baseline', {}).get('goodput_steps_per_s')
-    fig, ax = plt.subplots(figsize=(9, 0.8*len(sc) + 1.8))
-    for i, (k, v) in enumerate(sc.items()):
-        left = 0.
-        for s in SHARES:
-            w = v['shares_pct'].get(s, 0.)
-            if w <= 0: continue
-            ax.barh(i, w, left=left, color=COLORS[s], label=s if i == 0 or s not in ax.get_legend_handles_labels()[1] else None, edgecolor='white', lw=.5)
-            if w >= 4: ax.text(left + w/2, i, f'{w:.0f}', ha='center', va='center', fontsize=8)
-            left += w
-    labels = [f"{k}\n{v['goodput_steps_per_s']:.1f} steps/s" + (f"\n{v['goodput_steps_per_s']/base:.2f}x baseline" if base else '')
-              + (f"\nsaves every {v['interval_s']:.0f} s" if v.get('interval_s') else '') for k, v in sc.items()]
-    ax.set_yticks(range(len(sc)), labels, fontsize=9); ax.invert_yaxis()
-    ax.set_xlim(0, 100); ax.set_xlabel('% of the wall time', fontsize=9)
-    ax.set_title(f"Where the time of a {res['seconds']:.0f} s job goes under preemption" + (' (scenarios run at once)' if res.get('parallel') else ''), fontsize=11)
-    ax.legend(ncol=3, fontsize=7, loc='upper center', bbox_to_anchor=(0.5, -0.25 - 0.05*(3 - len(sc))), frameon=False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches='tight')
-    plt.close(fig)
-
-def cpu_model() -> str|None:
-    try: return next(l.split(':', 1)[1].strip() for l in open('/proc/cpuinfo') if l.startswith('model name'))
-    except (OSError, StopIteration): return None
-
 def raw_path(out:Path) -> Path: return out.with_name(out.stem + '_raw.json.gz')
 
 def report(res:dict, out:Path):
-    "Write the results (the raw events apart, compressed), print the table, draw the figure"
+    "Write the results (the raw events apart, compressed) and print a line per scenario; the benchmarks page draws the table and figure"
     res = dict(res)
     if (raw := res.pop('raw', None)):
         out.parent.mkdir(parents=True, exist_ok=True)
         with gzip.open(raw_path(out), 'wt') as f: json.dump(raw, f)
     write_json(out, res)
-    if res.get('scenarios'):
-        print(table(res))
-        plot(res, out.with_suffix('.png'))
-    if (im := res.get('imports')):
-        w = im['wall_s']
-        print(f"\nimports in a fresh process (median of {im['reps']}): interpreter {im['interpreter_s']:.2f} s; import torch {w['torch']:.2f} s, "
-              f"fastai {w['fastai']:.2f} s, ddpsafe {w['ddpsafe']:.2f} s (whole process {w['process']:.2f} s)")
-        d = im['ddpsafe_stage']
-        print(f"-X importtime of the ddpsafe imports (after torch and fastai): {d['total_s']:.2f} s, of it ddpsafe's own modules "
-              f"{d['ddpsafe_own_s']:.2f} s, others {d['others_s']:.2f} s: " + ', '.join(f'{p} {s:.3f}' for p, s in d['top_others'].items()))
-    print(f'wrote {out}' + (f" and {out.with_suffix('.png')}" if res.get('scenarios') else ''))
+    base = res['scenarios'].get('baseline', {}).get('goodput_steps_per_s')
+    for k, v in res['scenarios'].items():
+        print(f"{k}: {v['goodput_steps_per_s']:.1f} steps/s" + (f" ({v['goodput_steps_per_s']/base:.3f} of the baseline)" if base else '') +
+              f"; {v['launches']} launches, {v['signals']} signals, {v['saves']} saves; " +
+              ', '.join(f'{s} {p:.1f}%' for s, p in v['shares_pct'].items() if p >= 0.05))
+    print(f'wrote {out}')
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -399,14 +266,13 @@ def main(argv=None):
     p.add_argument('--save-every-seconds', type=float, default=30., help="the job's CheckpointCallback(every_seconds=...), in every scenario but auto (default 30)")
     p.add_argument('--memory-every-steps', type=int, default=100, help="memory: the job's CheckpointCallback(memory_every_steps=...) (default 100: about 1-2 s of steps)")
     p.add_argument('--parallel', action='store_true', help='run the scenarios all at the same time (a machine with 2 cores per scenario and more to spare)')
-    p.add_argument('--import-reps', type=int, default=3, help='fresh processes timing the imports (0: skip)')
-    p.add_argument('--out', default=str(HERE/'results'/'goodput.json'), help='results JSON; the figure goes beside it (.png)')
+    p.add_argument('--out', default=str(HERE/'results'/'goodput.json'), help='results JSON; the raw events go beside it (_raw.json.gz)')
     p.add_argument('--workdir', default=None, help='where the jobs run and log (default: a temporary folder, removed unless --keep)')
     p.add_argument('--keep', action='store_true', help='keep the work folder (the jobs\' event logs and output)')
-    p.add_argument('--replot', action='store_true', help='only recompute the accounting, table and figure from --out')
+    p.add_argument('--recount', action='store_true', help="only recompute the accounting from --out's raw events")
     a = p.parse_args(argv)
     out = Path(a.out)
-    if a.replot:
+    if a.recount:
         res = json.loads(out.read_text())
         with gzip.open(raw_path(out), 'rt') as f: res['raw'] = json.load(f)
         res['scenarios'] = {k: account(v) for k, v in res['raw'].items()}
@@ -415,10 +281,8 @@ def main(argv=None):
     if unknown := set(names) - set(SCENARIOS): p.error(f'unknown scenarios {sorted(unknown)}')
     work = Path(a.workdir or tempfile.mkdtemp(prefix='ddpsafe-goodput-'))
     import torch
-    res = dict(benchmark='goodput', date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
-               command=' '.join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
-               machine=dict(cores=os.cpu_count(), node=platform.node(), cpu=cpu_model(), gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-                            platform=platform.platform(), python=platform.python_version(), torch=torch.__version__, uptime_before=uptime()),
+    res = dict(benchmark='goodput', date=now(utc=True), command=command('goodput_bench.py', argv),
+               machine=dict(machine(), gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, uptime_before=uptime()),
                parallel=a.parallel, seconds=a.seconds, term_every=a.term_every, kill_every=a.kill_every, save_every_seconds=a.save_every_seconds,
                memory_every_steps=a.memory_every_steps,
                hidden=512, fast_exit=False, ranks=2, backend='gloo', torch_threads_per_rank=1, raw={})
@@ -433,7 +297,6 @@ def main(argv=None):
                 res['raw'][name] = run_scenario(name, work/name, a)
                 res['machine'][f'uptime_after_{name}'] = uptime()
         res['scenarios'] = {k: account(v) for k, v in res['raw'].items()}
-        if a.import_reps: res['imports'] = import_costs(a.import_reps)
         res['machine']['uptime_after'] = uptime()
         res['total_seconds'] = time.time() - t
         report(res, out)

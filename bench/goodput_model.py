@@ -6,41 +6,21 @@ done again after a failure, and to restarts, fed with the costs `bench/goodput_b
     python bench/goodput_model.py --json out.json          # the same, as JSON
     python bench/goodput_model.py --survives 0.5           # half the failures are ones the memory tier survives
 
-Runs nothing: arithmetic over a result file. The model (Young's, as `ddpsafe.interval.waste`, with a second tier): failures
-every `M` s, a share `f` of them survived by the memory tier; the disk every `tau_d` s at `c_d` a save, the tier every `tau_m`
-s at `c_m`; each failure costs a restart `R` and the work since the newest usable checkpoint. The share of the time lost is
+Runs nothing: arithmetic over a result file. The model (Young's, as `ddpsafe.interval.waste`, with a second tier), its
+inputs (each from the run's `memory` scenario) and what it leaves out: the benchmarks page, "Goodput at realistic failure
+rates". Failures every `M` s, a share `f` of them survived by the memory tier; the disk every `tau_d` s at `c_d` a save,
+the tier every `tau_m` s at `c_m`; each failure costs a restart `R` and the work since the newest usable checkpoint:
 
     saves    c_d/tau_d + c_m/tau_m
     redo     (f*min(tau_m, tau_d)/2 + (1-f)*tau_d/2) / M
-    restart  R / M
-
-first order in each term (exact when the total is small; at the stress rates, where it is not, it is an estimate).
-Without the tier, `saves + redo + restart` is `waste(tau_d, c_d, M, R)`. The tier's best interval is Young/Daly's for the
-failures it survives, `save_interval(c_m, M/f, R)`: sqrt(2*c_m*(M/f + R)), and never below `c_m/MAX_SHARE` (100*c_m: its
-saves then block at most 1% of the time) nor its own background write. With the disk at `tau_d`, the tier at its best
-gains `f*tau_d/(2M) - sqrt(2*c_m*f/M)` (its floors aside): it pays off only when `tau_d > 2*sqrt(2*c_m*M/f)`, the disk's
-saves more than twice the tier's best interval apart. With the disk at its own best interval, sqrt(2*c_d*M), that is
-`c_d > 4*c_m/f`: a disk save must block training more than 4 times as long as a memory save.
-
-Method, assumptions and what the model leaves out: the benchmarks page, "Goodput at realistic failure rates".
-
-Inputs, from one run of `goodput_bench.py` (`--results`), each from its `memory` scenario (the disk every
-`save_every_seconds`, the memory tier every `memory_every_steps`, a SIGKILL of a rank every `kill_every` seconds):
-
-- step: the median step;
-- c_m: the memory saves' total blocking time / their number (the mean: what a share of the time adds up);
-- c_d: the same for the disk's saves;
-- R: per SIGKILL, the start-up and resume of every launch but the first, the launcher's shut-down, the requeue and the
-  stop, plus the survivors noticing: the steps done twice beyond what the model's redo (half the memory tier's interval,
-  one save included) accounts for;
-- the stress rate: `kill_every`."""
+    restart  R / M"""
 from __future__ import annotations
 import sys, json, math, argparse
 from pathlib import Path
 
-try: from ddpsafe.interval import waste, save_interval, MAX_SHARE
+try: from ddpsafe.interval import save_interval, MAX_SHARE
 except ImportError:                                          # run from a checkout without ddpsafe installed
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1])); from ddpsafe.interval import waste, save_interval, MAX_SHARE
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1])); from ddpsafe.interval import save_interval, MAX_SHARE
 
 RESULTS = Path(__file__).resolve().parent/'results'
 RATES = {'one an hour': 3600., 'one every 10 min': 600.}   # realistic; the run's own stress rate is added

@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
-# The GPU figures: tests/test_cuda.py (about 4 minutes on an H200), checkpoint_bench.py and resume_bench.py with --device
-# cuda (about 3), fit_bench.py --gpu with and without --host, DataLoader workers collating (about 4). Name parts to run
-# fewer (`tests checkpoint resume fit`; default all). Each step is bounded by `timeout` and said when it fails; the JSON
-# files go to bench/results/ (and to $OUT where set).
-#   bash bench/gpu.sh                        # on the GPU machine
-#   bash bench/gpu.sh tests                  # one part: calls of 10 minutes at most take the rest in a second call
+# The GPU figures, in parts (`tests checkpoint resume fit`; default all): tests/test_cuda.py (about 4 minutes on an H200),
+# checkpoint_bench.py and resume_bench.py with --device cuda (about 3), fit_bench.py --gpu with and without --host (about 4).
+# Each step is bounded by `timeout` and said when it fails; the JSON goes to bench/results/ (and to $OUT where set).
+#   bash bench/gpu.sh                        # on the GPU machine; `bash bench/gpu.sh tests`: one part
 #   bash bench/gpu.sh --cpu-smoke            # the same steps on the CPU, MB for GB, into a temporary folder: not speed
 set -u
 cd "$(dirname "$0")/.."

@@ -1,66 +1,38 @@
-"""DataLoader workers forked beside gloo's threads: how many 40-epoch `torchrun` fits on 2 ranks hang (no new epoch for
-`--stall` s), stock fastai against ddpsafe, alternately, beside `--busy` spinning processes; and what ddpsafe's watch over
-a worker start costs (200 starts with and without it, over the fit's epoch time). Goal (issue 31): 0 hangs, <= 1%.
-Method: the benchmarks page, "DataLoader workers forked beside gloo: hangs".
+"""DataLoader workers forked beside gloo's threads: how many 40-epoch `torchrun` fits of `torchrun_fit.py` on 2 ranks,
+with 2 DataLoader workers each, hang (no new epoch for `--stall` s), stock fastai against ddpsafe, alternately, beside
+`--busy` spinning processes; and what ddpsafe's watch over a worker start costs (200 starts with and without it, over
+the fit's epoch time). Goal: 0 hangs, <= 1%. Method: the benchmarks page, "DataLoader workers forked beside gloo: hangs".
 
-    python bench/hang_bench.py --runs 10 --epochs 40      # -> results/hangs.json
+    python bench/hang_bench.py --runs 8 --epochs 40       # -> results/hangs.json
     python bench/hang_bench.py --start-cost-only          # only the watch's cost, into the same file"""
 from __future__ import annotations
 import os, sys, json, time, signal, argparse, platform, datetime, statistics, subprocess, tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-FIT = r'''
-import os, sys, time, torch
-mode, n_epoch = sys.argv[1], int(sys.argv[2])
-from fastai.data.core import Datasets
-from fastai.data.transforms import ItemGetter
-from fastai.learner import Learner
-from fastai.losses import MSELossFlat
-from fastai.callback.core import Callback
-from fastai.callback.progress import ProgressCallback
-import fastai.distributed as fd
-if mode == 'stock':                                  # what stock fastai needs to run DDP on a CPU, and nothing else
-    os.environ['ACCELERATE_USE_CPU'] = '1'
-    def _broadcast(self, t, rank):
-        t = torch.LongTensor(t); torch.distributed.broadcast(t, rank); return t.tolist()
-    fd.DistributedDL._broadcast = _broadcast
-    cbs = []
-else:
-    from ddpsafe.all import CheckpointCallback
-    cbs = [CheckpointCallback(path=sys.argv[3])]
-g = torch.Generator().manual_seed(0)
-x = torch.randn(128, 4, generator=g); y = x @ torch.tensor([1.,2.,3.,4.])
-items = [(u, v[None]) for u, v in zip(x, y)]
-dls = Datasets(items, [[ItemGetter(0)], [ItemGetter(1)]], splits=[list(range(96)), list(range(96, 128))]).dataloaders(bs=8, device='cpu', num_workers=2)
-class Say(Callback):
-    def after_epoch(self): print(f'EPOCH {self.epoch} {time.time():.3f}', flush=True)
-learn = Learner(dls, torch.nn.Linear(4, 1), loss_func=MSELossFlat(), cbs=[Say()])
-learn.remove_cb(ProgressCallback)
-with learn.distrib_ctx(sync_bn=False): learn.fit(n_epoch, 1e-3, cbs=cbs)
-print('DONE', flush=True)
-'''
+FIT = HERE/'torchrun_fit.py'
 
 def one_fit(mode:str, n_epoch:int, stall:float, tmp:Path) -> dict:
     "One torchrun of the fit: hung or not, seconds, epochs seen"
-    script = tmp/'fit.py'; script.write_text(FIT)
-    env = {**os.environ, 'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1'}
+    (log := tmp/'log').mkdir()
+    env = {**os.environ, 'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1', 'BENCH_LOG': str(log),
+           'PYTHONPATH': os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get('PYTHONPATH')]))}
+    epochs_seen = lambda: sum(f.read_text().count('"ev": "epoch"') for f in log.glob('*.jsonl')) // 2
     t0, last, epochs, hung = time.monotonic(), time.monotonic(), 0, False
     out = open(tmp/f'{mode}.out', 'w+')
-    p = subprocess.Popen([str(Path(sys.executable).parent/'torchrun'), '--nproc_per_node', '2', str(script), mode, str(n_epoch),
-                          str(tmp/'ck')], stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=tmp)
+    p = subprocess.Popen([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', str(FIT), str(tmp/'learn'), '--variant', mode,
+                          '--epochs', str(n_epoch), '--batches', '6', '--hidden', '8', '--workers', '2', '--every-epoch', '1', '--every-seconds', 'none'],
+                         stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=tmp)
     while p.poll() is None:
         time.sleep(0.5)
-        n = (tmp/f'{mode}.out').read_text().count('EPOCH ')
-        if n != epochs: epochs, last = n, time.monotonic()
+        if (n := epochs_seen()) != epochs: epochs, last = n, time.monotonic()
         if time.monotonic() - last > stall:
             hung = True
             for sig in (signal.SIGTERM, signal.SIGKILL):
-                subprocess.run(['pkill', f'-{int(sig)}', '-f', str(script)]); time.sleep(1)
+                subprocess.run(['pkill', f'-{int(sig)}', '-f', str(tmp/'learn')]); time.sleep(1)
             os.killpg(p.pid, signal.SIGKILL); p.wait(); break
-    text = (tmp/f'{mode}.out').read_text()
-    return dict(mode=mode, hung=hung, code=p.returncode, seconds=round(time.monotonic() - t0, 1), epochs=text.count('EPOCH ') // 2,
-                done=text.count('DONE'), restarted='did not reach its loop' in text)
+    return dict(mode=mode, hung=hung, code=p.returncode, seconds=round(time.monotonic() - t0, 1), epochs=epochs_seen(),
+                done=int(p.returncode == 0), restarted='did not reach' in (said := (tmp/f'{mode}.out').read_text()), retries=said.count('did not reach'))
 
 def start_cost(reps:int=200) -> dict:
     "Seconds from `iter()` to the first batch of a 2-worker torch DataLoader, watched by ddpsafe or not"
@@ -77,15 +49,15 @@ def start_cost(reps:int=200) -> dict:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument('--runs', type=int, default=10); ap.add_argument('--epochs', type=int, default=40)
+    ap.add_argument('--runs', type=int, default=8); ap.add_argument('--epochs', type=int, default=40)
     ap.add_argument('--busy', type=int, default=2); ap.add_argument('--stall', type=float, default=60.)
-    ap.add_argument('--start-cost-only', action='store_true')
+    ap.add_argument('--start-cost-only', action='store_true'); ap.add_argument('--out', default=str(HERE/'results'/'hangs.json'))
     a = ap.parse_args()
-    res_file = HERE/'results'/'hangs.json'
+    res_file = Path(a.out)
     res = json.loads(res_file.read_text()) if res_file.exists() and a.start_cost_only else {}
-    res.update(start_cost=start_cost(), python=platform.python_version(), date=datetime.date.today().isoformat())
+    res.update(start_cost=start_cost(), python=platform.python_version(), date=datetime.date.today().isoformat(), command=' '.join(['bench/hang_bench.py', *sys.argv[1:]]))
     if not a.start_cost_only:
-        busy = [subprocess.Popen([sys.executable, '-c', 'while True: pass']) for _ in range(a.busy)]
+        busy = [subprocess.Popen([sys.executable, '-c', f'import os\nwhile os.getppid() == {os.getpid()}: pass']) for _ in range(a.busy)]   # they end with this process
         runs = []
         try:
             for i in range(a.runs):

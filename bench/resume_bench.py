@@ -7,12 +7,13 @@ after freed memory went back to the OS; the ratio per repetition. Goal <= 1.2. M
     python bench/resume_bench.py --sizes 100,500 --cold       # as root on Linux: the page cache dropped before each load
                                                               #   -> results/resume_cold.json"""
 from __future__ import annotations
-import os, sys, time, argparse, platform, statistics, tempfile, shutil
+import os, sys, time, argparse, statistics, tempfile, shutil
 from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import HERE, N_LAYERS, ROW, load, wait_quiet, trim, timed, write_json, now, sync, device_facts
+from harness import HERE, N_LAYERS, ROW, load, wait_quiet, trim, timed, write_json, now, sync, device_facts, machine, command
+from ddpsafe.all import model_weights, rng_state, set_rng_state, checkpoint_writers, write_checkpoint, choose_checkpoint, read_checkpoint_file, load_weights
 
 def learner_state(mb:int):
     "A model and fastai `Adam` optimizer of about `mb` MB together, after one step"
@@ -27,21 +28,16 @@ def learner_state(mb:int):
 
 def save_both(model, opt, folder:Path):
     "The same state as one `torch.save` file and as a ddpsafe checkpoint"
-    from ddpsafe.checkpoint import model_weights, rng_state
-    from ddpsafe.parts import checkpoint_writers
-    from ddpsafe.manifest import write_checkpoint
     rngs = [rng_state()]
     torch.save(dict(model=model.state_dict(), opt=opt.state_dict(), rng=rngs), folder/'plain.pt')
     write_checkpoint(folder/'checkpoints', 1000, checkpoint_writers({'model.safetensors': model_weights(model), 'optimizer.pt': opt.state_dict(), 'state.pt': dict(step=1000), 'rng.pt': rngs}),
                      dict(epoch=0, world_size=1))
 
 def torch_load(model, opt, folder:Path):
-    from ddpsafe.checkpoint import set_rng_state
     s = torch.load(folder/'plain.pt', weights_only=False)
     model.load_state_dict(s['model']); opt.load_state_dict(s['opt']); set_rng_state(s['rng'][0])
 
 def ddpsafe_resume(model, opt, folder:Path, stages:dict|None=None):
-    from ddpsafe.checkpoint import choose_checkpoint, read_checkpoint_file, load_weights, set_rng_state
     t = [time.perf_counter()]
     ck, man, _ = choose_checkpoint(folder/'checkpoints'); t.append(time.perf_counter())
     read_checkpoint_file(ck, 'state.pt', man)
@@ -102,8 +98,7 @@ def main():
               f"(goal <= 1.2: {'met' if s['met'] else 'MISSED'})", flush=True)
         sizes.append(s)
         shutil.rmtree(folder, ignore_errors=True)
-    res = dict(date=now(), command=' '.join(sys.argv),
-               machine=dict(platform=platform.platform(), cpus=os.cpu_count(), torch=torch.__version__, threads=torch.get_num_threads()), device=device_facts(device),
+    res = dict(date=now(), command=command('resume_bench.py'), machine=machine(), device=device_facts(device),
                page_cache='dropped before each load' if a.cold and not cold_refused else f'not dropped: {cold_refused}' if a.cold else 'warm: the files were just written',
                sizes=sizes)
     write_json(Path(a.out)/(f'resume{"_cold" if a.cold else ""}{"" if device.type == "cpu" else "_" + device.type}.json'), res)

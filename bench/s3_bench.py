@@ -5,25 +5,23 @@ page, "Saving to S3".
 
     python bench/s3_bench.py --sizes 100,500 --reps 5     # -> results/s3.json"""
 from __future__ import annotations
-import os, sys, json, time, argparse, platform, datetime, statistics, tempfile
+import sys, time, argparse, statistics, tempfile
 from pathlib import Path
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from checkpoint_bench import make_state, trim, load
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import HERE, make_state, trim, load, machine, now, command, write_json
+from ddpsafe.all import rng_state, checkpoint_writers, write_checkpoint
+from ddpsafe.commit import write_file, as_path
 
 GOAL = ('ddpsafe save to S3 throughput / s3fs putting the same bytes', '>=', 0.8)
 METHODS = ['s3fs_put', 'ddpsafe']
 
 def files_of(state) -> dict:
-    from ddpsafe.checkpoint import rng_state
-    from ddpsafe.parts import checkpoint_writers
     return checkpoint_writers({'model.safetensors': state['model'], 'optimizer.pt': state['opt'], 'state.pt': dict(epoch=0, iter=1, train_iter=1000, global_step=1000, world_size=1), 'rng.pt': [rng_state()]})
 
 def serialized(files:dict) -> dict:
     "The bytes of each file, as the writers make them"
-    from ddpsafe.commit import write_file
     out = {}
     with tempfile.TemporaryDirectory() as d:
         for name, w in files.items():
@@ -31,8 +29,6 @@ def serialized(files:dict) -> dict:
     return out
 
 def measure_size(mb:int, reps:int, s3, log=print) -> dict:
-    from ddpsafe.commit import as_path
-    from ddpsafe.manifest import write_checkpoint
     state = make_state(mb*10**6)
     blobs = serialized(files_of(state))
     root = as_path(s3.url(f'bench-{mb}'), s3.storage_options)
@@ -68,8 +64,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     from ddpsafe.testing import S3TestServer
     torch.set_num_threads(1)
-    out = dict(when=datetime.datetime.now().isoformat(timespec='seconds'), machine=dict(cpus=os.cpu_count(), python=platform.python_version(),
-               torch=torch.__version__, load_before=load()), goal=dict(what=GOAL[0], goal=f'{GOAL[1]} {GOAL[2]}'), sizes=[])
+    out = dict(when=now(), command=command('s3_bench.py', argv), machine=machine(), load_before=load(), goal=dict(what=GOAL[0], goal=f'{GOAL[1]} {GOAL[2]}'), sizes=[])
     with S3TestServer() as s3:
         for mb in map(int, a.sizes.split(',')):
             print(f'{mb} MB state:')
@@ -78,7 +73,7 @@ def main(argv=None):
             print(f"  s3fs_put / ddpsafe: median {r['ratio']['median_paired']:.2f} (min {r['ratio']['min']:.2f}, max {r['ratio']['max']:.2f}); "
                   f"{'met' if r['met'] else 'MISSED'} ({GOAL[1]} {GOAL[2]}); MB/s {r['throughput_mb_s']}")
             out['sizes'].append(r)
-    Path(a.out).write_text(json.dumps(out, indent=1))
+    write_json(a.out, out)
     print(f'wrote {a.out}')
 
 if __name__ == '__main__': main()

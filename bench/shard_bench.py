@@ -16,13 +16,9 @@ def rank_main(mb:int, reps:int, folder:str) -> dict:
     import types, torch
     from torch.distributed.fsdp import fully_shard
     from fastai.optimizer import Adam
-    from ddpsafe.core import rank, on_main, barrier
-    from ddpsafe.checkpoint import model_weights, rng_state
-    from ddpsafe.shards import shard_state
-    from ddpsafe.sharded import write_in_shards, full_optimizer_state
-    from ddpsafe.parts import checkpoint_writers
+    from ddpsafe.all import (rank, on_main, barrier, model_weights, rng_state, shard_state, write_in_shards, full_optimizer_state,
+                             checkpoint_writers, write_checkpoint)
     from ddpsafe.snapshot import StateBuffers
-    from ddpsafe.manifest import write_checkpoint
     torch.manual_seed(0); torch.set_num_threads(1)
     width, layers = 1024, max(1, round(mb * 10**6 / 3 / 4 / 1024**2))      # weights + 2 Adam tensors, fp32
     model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
@@ -64,14 +60,10 @@ def summarize(ranks:list) -> dict:
         per['shards_over_whole_time'] = per['shards']['seconds'] / per['whole']['seconds']
         per['shard_copy_over_whole_copy_time'] = per['shard_copy']['seconds'] / per['whole_copy']['seconds']
         reps.append(per)
-    med = lambda k, f=lambda x: x: round(statistics.median(f(r[k]) for r in reps), 3)
-    rank0 = lambda k: [r[k]['extra_over_state'][0] for r in reps]
-    return dict(reps=reps, median=dict(
-        shards_over_whole_time=med('shards_over_whole_time'), shard_copy_over_whole_copy_time=med('shard_copy_over_whole_copy_time'),
-        whole_seconds=med('whole', lambda x: x['seconds']), shards_seconds=med('shards', lambda x: x['seconds']),
-        whole_copy_seconds=med('whole_copy', lambda x: x['seconds']), shard_copy_seconds=med('shard_copy', lambda x: x['seconds']),
-        rank0_extra_whole=round(statistics.median(rank0('whole')), 3), rank0_extra_shards=round(statistics.median(rank0('shards')), 3),
-        rank0_extra_whole_copy=round(statistics.median(rank0('whole_copy')), 3), rank0_extra_shard_copy=round(statistics.median(rank0('shard_copy')), 3)))
+    med = lambda f: round(statistics.median(f(r) for r in reps), 3)
+    return dict(reps=reps, median={**{f'{k}_seconds': med(lambda r: r[k]['seconds']) for k in ('whole', 'shards', 'whole_copy', 'shard_copy')},
+                                   **{f'rank0_extra_{k}': med(lambda r: r[k]['extra_over_state'][0]) for k in ('whole', 'shards', 'whole_copy', 'shard_copy')},
+                                   **{k: med(lambda r: r[k]) for k in ('shards_over_whole_time', 'shard_copy_over_whole_copy_time')}})
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -48,27 +48,26 @@ def test_auto_intervals_per_launch():
     assert (a['interval_s'], a['intervals_per_launch'], a['per_launch'][1]['interval_note']) == (8., [5., 8.], 'every 8 s')
     assert a['shares_s'] == G.account(scenario())['shares_s']      # the interval events are no boundary of the accounting
 
-def test_report_old_and_new(tmp_path):
-    "The table, figure and page figures from the committed 2-core results (three scenarios) and from one with `auto` and `memory`"
+def test_report_old_and_new(tmp_path, capsys):
+    "The report and page figures from the committed 2-core results (three scenarios) and from one with `auto` and `memory`"
     old = json.loads((ROOT/'bench'/'results'/'goodput_2cores.json').read_text())
-    new = dict(old, parallel=True, scenarios=dict(old['scenarios'], auto=G.account(scenario(auto=True)), memory=G.account(scenario())))
-    for r, name in ((old, 'old'), (new, 'new')):
-        assert 'sigkill' in G.table(r)
-        G.plot(r, tmp_path/f'{name}.png'); assert (tmp_path/f'{name}.png').stat().st_size > 0
-    t = G.table(new)
-    assert 'memory save blocks, ms' in t and 'interval chosen, s (last)' in t and 'memory save blocks' not in G.table(old)
+    new = dict(old, parallel=True, scenarios=dict(old['scenarios'], auto=G.account(scenario(auto=True)), memory=G.account(scenario())), raw={'memory': scenario()})
+    G.report(new, tmp_path/'new.json')
+    said = capsys.readouterr().out
+    assert all(f'{k}: ' in said for k in new['scenarios']) and 'of the baseline' in said and 'saves: memory' in said, said
+    assert 'raw' not in json.loads((tmp_path/'new.json').read_text()) and G.raw_path(tmp_path/'new.json').stat().st_size > 0
     f = F.goodput_of(new)
     assert (f['auto_interval'], f['auto_intervals'], f['memory_save'], f['memory_resumes'], f['parallel']) == ('8.0 s', '5.0-8.0 s', '20 ms', '1 of 1', 'at the same time')
     assert {'minutes', 'baseline', 'parallel', 'sigterm_ratio', 'sigkill_ratio', 'sigkill_twice', 'sigterm_startup'} <= set(F.goodput_of(old))
     assert not {'auto_interval', 'memory_save'} & set(F.goodput_of(old))
 
 def test_shims_without_console_scripts(tmp_path, monkeypatch):
-    "Where sys.executable's folder has no torchrun nor ddpsafe-status, the job's bin has shims that run them under sys.executable"
+    "Where sys.executable's folder has no ddpsafe-status, the job's bin has a shim that runs it under sys.executable; torchrun is the same interpreter's"
     monkeypatch.setattr(G, 'BIN', tmp_path/'nobin')
     a = G.argparse.Namespace(save_every_seconds=10., memory_every_steps=100, hidden=8, fast_exit=False)
     job = G.Job('memory', tmp_path/'memory', a)
     try:
-        assert job.torchrun == str(job.bin/'torchrun') and sys.executable in (job.bin/'torchrun').read_text()
+        assert job.launch_cmd()[4:7] == [sys.executable, '-m', 'torch.distributed.run'] and sys.executable in (job.bin/'ddpsafe-status').read_text()
         assert job.memory.name.endswith('-memory') and str(job.memory) in job.launch_cmd()
         assert job.launch_cmd()[job.launch_cmd().index('--master_port') + 1] == str(job.port) and job.config['every_seconds'] == 10.
         assert len(set(G.free_ports(5))) == 5                        # --parallel: a port of its own for each scenario

@@ -1,6 +1,6 @@
 """bench/startup_bench.py on the CPU (`--cpu-smoke`: one torchrun launch of 2 ranks per variant, no warm-up): both the stock
-fastai fit and the one with ddpsafe's `CheckpointCallback` run, and the JSON holds every phase, positive, for both, the
-differences and ddpsafe's timed pieces. It checks the code paths and the JSON, not speed."""
+fastai fit and the one with ddpsafe's `CheckpointCallback` run, and the JSON holds every phase, positive, for both, and
+the differences. It checks the code paths and the JSON, not speed."""
 from __future__ import annotations
 import sys, json, subprocess
 from pathlib import Path
@@ -11,8 +11,6 @@ sys.path.insert(0, str(ROOT/'bench'))
 from startup_bench import PHASES, VARIANTS, POINTS, OWN
 
 SUMMARY = {'median', 'min', 'max', 'mean', 'n'}
-PIECES = {'release_side_group', 'stop_heartbeat', 'say_ended', 'claim_release', 'process_group', 'bound_process_group', 'heartbeat', 'side_group', 'check_callbacks', 'fit_saver', 'claim',
-          'claim_folder', 'resume_lookup', 'before_fit', 'resume', 'stop_requests', 'after_batch', 'save'}
 
 @pytest.mark.timeout(300)
 def test_startup_bench_cpu_smoke(tmp_path):
@@ -30,15 +28,12 @@ def test_startup_bench_cpu_smoke(tmp_path):
             assert isinstance(v, float) and v > 0, (l['variant'], k, v)
         assert set(l['stamps']) == {'0', '1'} and all(set(POINTS) == set(s) for s in l['stamps'].values()), l['stamps']
         assert l['phases']['to_first_step'] < l['phases']['total']
-        if l['variant'] == 'ddpsafe':
-            assert PIECES <= set(l['pieces']) and all(q['calls'] >= 1 for q in l['pieces'].values()), l['pieces']
-            assert any(n.startswith('step-') for n in l['saved']), l['saved']      # the epoch's checkpoint was written
-        else: assert l['pieces'] == {} and l['saved'] is None
+        if l['variant'] == 'ddpsafe': assert any(n.startswith('step-') for n in l['saved']), l['saved']   # the epoch's checkpoint was written
+        else: assert l['saved'] is None
     s = r['summary']
     for v in VARIANTS: assert set(s[v]) == set(PHASES) and all(SUMMARY <= s[v][k].keys() and s[v][k]['n'] == 1 for k in PHASES), s[v]
     assert set(s['diff']) == set(PHASES) and all(s['diff'][k]['n'] == 1 for k in PHASES)
     assert s['own_share']['n'] == 1 and set(s['same_code_diff']) == {'launch', 'imports_fastai', 'ddp_wrap'}
-    assert PIECES <= set(s['pieces'])
     g = s['goal']
     assert g['phase'] == 'to_first_step' and g['limit_s'] == 0.5 and g['own_phases'] == list(OWN)
     assert isinstance(g['met'], bool) and isinstance(g['own_met'], bool) and isinstance(g['diff_median_s'], float)

@@ -124,3 +124,10 @@ def test_module_sizes():
     assert [fl[m] for m in GROUND] == sorted(fl[m] for m in GROUND) and not g['ranks'], {m: g[m] for m in GROUND}
     over = {m: sizes[m] for m in GROUND if sizes[m] > GROUND_CAP}
     assert over == {}, f'modules of the ground floor over {GROUND_CAP} lines: {over}'
+
+BENCH_CAP = 1800
+
+def test_bench_size():
+    "bench/ (the benchmarks, their harness, the launched rank script, the GPU runner) at most 1,800 lines: one harness, no two scripts measuring one thing"
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (ROOT/'bench').iterdir() if p.is_file()}
+    assert sum(sizes.values()) <= BENCH_CAP, f'bench/ is {sum(sizes.values())} lines, over {BENCH_CAP}: {sorted(sizes.items(), key=lambda kv: -kv[1])}'

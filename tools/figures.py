@@ -23,10 +23,10 @@ def _span(xs:list, f) -> str:
     return lo if lo == hi else f'{lo}-{hi}'
 
 def preempt_figures() -> dict:
-    "The stop agreement at its defaults: `ddpsafe.preempt`'s constants, and bench/results/preempt_default.json"
+    "The stop agreement at its defaults: `ddpsafe.preempt`'s constants, and bench/results/preempt.json"
     from ddpsafe.preempt import POLL_SECONDS, ROUND_SHARE, MAX_STEPS_PER_ROUND
     spacing = ROUND_SHARE/2*POLL_SECONDS   # a round spans the most whole steps in ROUND_SHARE × poll_seconds: at least half of it
-    r = json.loads((RESULTS/'preempt_default.json').read_text())
+    r = json.loads((RESULTS/'preempt.json').read_text())
     runs = list(r['step_lengths'].values())
     delays = [d for x in runs for d in x['delay_s_per_run']]
     from ddpsafe.preempt import REMOTE_SWITCH_SECONDS
