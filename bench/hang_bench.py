@@ -9,7 +9,8 @@ from __future__ import annotations
 import os, sys, json, time, signal, argparse, platform, datetime, statistics, subprocess, tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import HERE, command
 FIT = HERE/'torchrun_fit.py'
 
 def one_fit(mode:str, n_epoch:int, stall:float, tmp:Path) -> dict:
@@ -55,7 +56,7 @@ def main():
     a = ap.parse_args()
     res_file = Path(a.out)
     res = json.loads(res_file.read_text()) if res_file.exists() and a.start_cost_only else {}
-    res.update(start_cost=start_cost(), python=platform.python_version(), date=datetime.date.today().isoformat(), command=' '.join(['bench/hang_bench.py', *sys.argv[1:]]))
+    res.update(start_cost=start_cost(), python=platform.python_version(), date=datetime.date.today().isoformat(), command=command('hang_bench.py'))
     if not a.start_cost_only:
         busy = [subprocess.Popen([sys.executable, '-c', f'import os\nwhile os.getppid() == {os.getpid()}: pass']) for _ in range(a.busy)]   # they end with this process
         runs = []
