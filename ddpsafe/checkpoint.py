@@ -29,6 +29,7 @@ from .saver import *   # how a checkpoint is written and kept
 from .interval import *   # when a timed save is due
 from .resume import *   # what a resume stands on: what a checkpoint must match, which one it takes, how it is loaded
 from .resume import _name, checkpoint_for_fit, reload_weights, resume_message, world_change_message, retrain_message
+from .resume import batches_change_message, set_fit_hypers
 from .parts import loader_note, stop_persistent_workers, late_callbacks_note, TrainingState, UserState
 from .shards import shard_index
 
@@ -101,10 +102,27 @@ def learner_snapshot(self,
         return (buffers or StateBuffers()).copy(state)
 
 # %% ../nbs/08_checkpoint.ipynb #b682e5bd
-class RunState:
-    "What a checkpointed run carries between fits"
+class FitSequence:
+    "The fits this process began on one checkpoints folder, whichever learner ran each, and the optimizer steps they did"
     def __init__(self):
-        self.fits,self.steps = 0,0            # fits begun, optimizer steps done, over the script's fits
+        self.fits,self.steps,self.failed = 0,0,set()   # fits begun, optimizer steps done, the fits that an error ended
+        self.rolled_back = None                        # the checkpoint this run rolled back to, which its checkpoints record
+
+_sequences = once_a_process('fit_sequences', dict)
+
+def fit_sequence(folder) -> FitSequence:
+    "This process's `FitSequence` of checkpoints folder `folder`"
+    return _sequences.setdefault(str(folder), FitSequence())
+
+def new_launch():
+    "Count the fits afresh on every folder, as a new launch of the script does: for a script run again in the same process (a notebook, a test)"
+    _sequences.clear()
+
+
+# %% ../nbs/08_checkpoint.ipynb #b682e5be
+class RunState:
+    "What a learner carries between its fits"
+    def __init__(self):
         self.fits_left,self.stopped = 0,False # fits still to come in this `fine_tune`; a stop request ended one of them
         self.start_epoch,self.skip = 0,None   # a resume's first epoch; (batches done, how many of them to draw and drop, what to do at the resume point)
         self.at_start = None                  # what to do as a resume's first epoch is about to begin (a checkpoint at an epoch's end)
@@ -116,6 +134,7 @@ def run_state(learn:Learner) -> RunState:
     "`learn`'s `RunState`, kept beside the learner"
     if learn not in _runs: _runs[learn] = RunState()
     return _runs[learn]
+
 
 # %% ../nbs/08_checkpoint.ipynb #729c0233
 @patch_fastai('fastai.callback.schedule', 'Learner.fine_tune')
@@ -184,7 +203,8 @@ def before_fit(self:CheckpointCallback):
     memory = fit_memory_tier(self.memory_every_steps, folder, self.memory_path, self.learn.path, self.memory_keep)
     self.saver = fit_saver(folder, self.model, local=self.learn.path/self.local if self.local else None, memory=memory,
                            keep=self.keep, comp=self.comp, async_save=self.async_save, say=say)   # how this fit writes and keeps, chosen once
-    position, run.fits = PositionState(self.learn, run.fits, run.steps), run.fits + 1   # where the loops are, and the step counters
+    self.sequence = seq = fit_sequence(folder)   # this process's fits on the folder, whichever learner ran them
+    position, seq.fits = PositionState(self.learn, seq.fits, seq.steps), seq.fits + 1   # where the loops are, and the step counters
     self.parts = TrainingState(self.learn, self.extra, header=[position, SetupState(setup_signature(self.learn))])   # and the run's facts
     say(late_callbacks_note(self.parts, self.order)); say(loader_note(self.dls.train))
     self.stopped_by, self.ran_epoch = None, False
@@ -236,7 +256,7 @@ def after_fit(self:CheckpointCallback):
         self.saver.end(self.upload_wait if self.stopped_by == 'signal' else None, saved=self.ran_epoch)   # the uploads: after a signal, `upload_wait` s at most
     finally:
         self.stops.uninstall()
-        run.steps, run.fits_left = self.progress.global_step, max(run.fits_left - 1, 0)
+        self.sequence.steps, run.fits_left = self.progress.global_step, max(run.fits_left - 1, 0)
     self.ended = {'signal': 'preempted', 'switch': 'stopped'}.get(self.stopped_by, 'finished')   # how this launch ended: recorded as the fit closes
     if self.stopped_by == 'signal' and self.exit_code is not None: exit_quickly(self.exit_code)
 
@@ -244,6 +264,7 @@ def after_fit(self:CheckpointCallback):
 @patch
 def _close(self:CheckpointCallback):
     "Record how the launch ended; release what this fit opened, however it ended"
+    if self.ended is None and self.parts is not None: self.sequence.failed.add(self.progress.fit_idx)   # an error ended it
     self.timer.ended(self.ended or 'error', self.saver and self.saver.write_seconds)   # rank 0, with `every_seconds='auto'`: in the folder's history
     if self.saver is not None: self.saver.close()        # the signals still only raise a flag meanwhile
     if self.stops is not None: self.stops.uninstall(wait=False)
@@ -348,6 +369,7 @@ def save(self:CheckpointCallback,
     if not tier.ready(pos['global_step']): return False   # the disk waits for its write in flight (said); the memory tier skips, nothing collected
     meta = self.parts.meta(reason=reason, stop=stop, finished=finished) | dict(monitor=self.monitor, comp=_name(self.comp),   # where, why, the run's facts;
                 metric=recorded(self.learn, self.monitor) if pos['epoch_done'] else None)   # then what picks the best checkpoint
+    if self.sequence.rolled_back: meta['rolled_back'] = self.sequence.rolled_back   # a later launch's same `resume=` finds it carried out
     with step_lock(self.learn): files, meta['parts'], shards = self.parts.to_files(self.saver.sharded)   # every rank, one step boundary
     tier.save(pos['global_step'], files, meta, shards)     # written as this fit chose: now or in the background, whole or in shards
     if tier is not self.saver: return True
@@ -381,20 +403,34 @@ def resume_from(learn:Learner,     # The learner whose `fit` begins
     "Load `ck` into `parts` and arm `learn`'s loops to go on from it; rank 0 says where: the position resumed at; collective"
     state, changed = restore(ck, man, parts, len(learn.dls.train), accept_changes, index)
     at = parts['position'].resumed
+    if 'fit' in changed: set_fit_hypers(learn.opt, parts['setup'].setup['fit'])   # the values this fit was given, over the checkpoint's
     arm_resume(learn, parts, at, same_fit='fit' not in changed)
     if is_main(): print(resume_message(ck, state, learn.n_epoch, len(learn.dls.train)))
     if is_main() and state['world_size'] != world(): print(world_change_message(ck, state))
+    if is_main() and (note := batches_change_message(ck, state, len(learn.dls.train), getattr(learn.dls.train, 'bs', None))): print(note)
     return at
 
 # %% ../nbs/08_checkpoint.ipynb #f0683fc8
 @patch
 def _resume(self:CheckpointCallback):
     "Load this fit's newest checkpoint and go on from it; a fit the run had ended, as it ended"
-    i = self.progress.fit_idx
+    i, seq = self.progress.fit_idx, self.sequence
     ck, man = resume_checkpoint(self.saver, self.resume, self.learn.path, fit=i)   # in the saver's folders, the memory tier's too
-    if ck is None or man.get('fit', 0) < i: return   # nothing saved yet, or only by an earlier fit: this one starts afresh
-    if man.get('fit', 0) > i: return _say_once(run_state(self.learn), retrain_message(i, ck, man))   # its end is not kept: trained again
+    asked = ck is not None and man.get('rolled_back') == ck.name   # the checkpoint `resume=` names, rolled back to now: whichever fit saved it
+    if ck is not None and not asked and man.get('fit', 0) < i: return _say_once(run_state(self.learn), earlier_fit_note(i, ck, man, seq))
+    if ck is None: return   # nothing saved yet: this fit starts afresh
+    if man.get('fit', 0) > i and not asked: return _say_once(run_state(self.learn), retrain_message(i, ck, man))   # its end is not kept: trained again
+    seq.rolled_back = man.get('rolled_back', seq.rolled_back)   # the roll-back this run carries out, recorded by its checkpoints
     index = shard_index(ck, man)
     at = resume_from(self.learn, ck, man, self.parts, self.accept_changes, index)   # the loops go on from there
     self.progress.go_on_from(at)
     if at['epoch_done'] and at['epoch']+1 >= self.n_epoch: self.replayed = partial(reload_weights, ck, man, self.parts, index)   # nothing to train: the fit's end, as it was
+
+
+# %% ../nbs/08_checkpoint.ipynb #5fc8b2a1
+def earlier_fit_note(fit:int, ck, man:dict, seq) -> str|None:
+    "What rank 0 says as fit `fit` starts afresh beside the newest checkpoint `ck` (manifest `man`), an earlier fit's; `None` unless an error ended that fit in this process"
+    if man.get('fit', 0) not in seq.failed: return None   # it ended, or an earlier launch ran it: this fit is the next one, as in a first run
+    return (f"ddpsafe: fit {fit} on {ck.parent} starts afresh: the newest checkpoint there, {ck.name}, is fit {man.get('fit', 0)}'s, which an "
+            f"error ended, and ddpsafe does not load one fit's checkpoint into another. To go on from it, pass CheckpointCallback(resume='{ck}')")
+

@@ -14,7 +14,7 @@ from .commit import temporaries, as_path, commit_file
 from .manifest import *
 from .manifest import _sizes
 from .owner import read_owner, describe_owner
-from .manifest import plain_key, best_of
+from .manifest import plain_key, best_of, rolled_back_copies, rolled_back_step
 
 # %% auto #0
 __all__ = ['leftovers', 'ddpsafe_ls', 'ddpsafe_verify', 'run_status', 'ddpsafe_status', 'saved_weights', 'export_weights',
@@ -61,6 +61,11 @@ def checkpoint_rows(root:Path|str,        # The checkpoints folder
         try: m = read_manifest(p)
         except Exception: m = {}
         rows.append(dict(name=p.name, step=checkpoint_step(p), epoch=m.get('epoch'), size=_size(p), time=m.get('time'), status=status,
+                         metric=m.get('metric'), monitor=m.get('monitor'), comp=comp_name(m), reason=m.get('reason'), best=False))
+    for p in rolled_back_copies(root):   # set aside by a roll-back (`resume=`): no resume reads them, they are yours to remove
+        try: m = read_manifest(p)
+        except Exception: m = {}
+        rows.append(dict(name=p.name, step=rolled_back_step(p), epoch=m.get('epoch'), size=_size(p), time=m.get('time'), status='rolled back',
                          metric=m.get('metric'), monitor=m.get('monitor'), comp=comp_name(m), reason=m.get('reason'), best=False))
     for p, kind in leftovers(root):
         rows.append(dict(name=p.name, step=None, epoch=None, size=_size(p), time=None, status='incomplete' if kind == 'save' else 'leftover',

@@ -190,6 +190,28 @@ def checkpoint_fit(folder:Path|str,
     try: return read_manifest(folder, storage).get('fit', 0)
     except (FileNotFoundError, CorruptCheckpoint): return None
 
+# %% ../nbs/05_manifest.ipynb #9033a2a1
+ROLLED_BACK = 'rolled-back-'   # the name prefix of checkpoints set aside by a resume from an older one
+
+def rolled_back_step(path:Path|str) -> int|None:
+    "The step of a checkpoint that a roll-back set aside (`rolled-back-step-00000060`, `rolled-back-2-step-00000060`), else `None`"
+    m = re.fullmatch(re.escape(ROLLED_BACK) + r'(?:\d+-)?step-(\d{8,})', path.name if hasattr(path, 'name') else Path(path).name)
+    return int(m.group(1)) if m else None
+
+def rolled_back_copies(root:Path|str,
+                       storage=None  # The storage it is on, when the caller knows it (`storage_for` by default)
+                      ) -> list:
+    "The checkpoints that roll-backs set aside in `root`, oldest step first"
+    return sorted((p for p in (storage or storage_for(root)).folders(root) if rolled_back_step(p) is not None), key=lambda p: (rolled_back_step(p), p.name))
+
+def set_aside(ck:Path) -> Path:
+    "Rename checkpoint `ck` to the first free `rolled-back-[N-]` name beside it; its new path"
+    names = (ROLLED_BACK + ('' if n == 1 else f'{n}-') + ck.name for n in range(1, 10_000))
+    dest = next(ck.with_name(n) for n in names if not ck.with_name(n).exists())
+    ck.rename(dest)
+    return dest
+
+
 # %% ../nbs/05_manifest.ipynb #07ca1e21
 def newest_complete(root:Path|str,             # The checkpoints folder
                     checksums:bool=True,     # Compare checksums (reads every file)? Else sizes only

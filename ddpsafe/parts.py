@@ -275,7 +275,7 @@ def stop_persistent_workers(dl):
         it._shutdown_workers(); dl._iterator = None
 
 # %% ../nbs/07b_parts.ipynb #689c00cc
-POSITION = ('epoch', 'iter', 'epoch_done', 'train_iter', 'pct_train', 'n_epoch', 'fit_steps', 'global_step', 'fit', 'train_batches')   # in `state.pt`'s header, in this order
+POSITION = ('epoch', 'iter', 'epoch_done', 'train_iter', 'pct_train', 'n_epoch', 'fit_steps', 'global_step', 'fit', 'train_batches', 'batch_size')   # in `state.pt`'s header, in this order
 
 class PositionState(Part):
     "Where the run is at a step or epoch boundary (epoch, batch, optimizer steps, fit), and the one owner of its step counters"
@@ -292,7 +292,8 @@ class PositionState(Part):
     def state_dict(self) -> dict:
         l, done = self.learn, not self.in_train
         return dict(epoch=l.epoch, iter=l.n_iter if done else l.iter+1, epoch_done=done, train_iter=l.train_iter, pct_train=l.pct_train,
-                    n_epoch=l.n_epoch, fit_steps=self.fit_steps, global_step=self.global_step, fit=self.fit_idx, train_batches=len(l.dls.train))
+                    n_epoch=l.n_epoch, fit_steps=self.fit_steps, global_step=self.global_step, fit=self.fit_idx, train_batches=len(l.dls.train),
+                    batch_size=getattr(l.dls.train, 'bs', None))
     def go_on_from(self, at:dict): # The position a resume goes on from (`resume_from`'s)
         "Count on from `at`: this fit's steps done, the earlier fits' as the rest, and `at` as saved"
         self.fit_steps = at.get('fit_steps', at['train_iter'])   # older checkpoints: one fit, a step a batch

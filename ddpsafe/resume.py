@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/resume.html.md"""
 
 # %% ../nbs/07e_resume.ipynb #a6434cbf
 from __future__ import annotations
-import sys, errno
+import sys, errno, numbers
 from functools import partial
 from pathlib import Path
 import numpy as np, torch
@@ -19,7 +19,7 @@ from .commit import storage_for, as_path
 from .manifest import *
 from .learner import fastai_safe_globals, CheckpointMismatch
 from .ranks import loaded_class
-from .manifest import uncompiled_key
+from .manifest import uncompiled_key, ROLLED_BACK, set_aside
 from .training_state import LEGACY_PARTS, check_parts
 
 # %% auto #0
@@ -61,11 +61,26 @@ def fit_method(learn:Learner) -> str:
         f = f.f_back
     return name
 
+def _plain_value(v):
+    "A hyper-parameter's value as a plain number, text or list, fit for a checkpoint and a comparison"
+    if v is None or isinstance(v, (bool, str)): return v
+    if isinstance(v, numbers.Number) or (isinstance(v, torch.Tensor) and v.numel() == 1): return float(v)
+    if isinstance(v, (tuple, list)): return [_plain_value(o) for o in v]
+    return repr(v)
+
+def fit_hypers(learn:Learner,   # The learner whose fit begins
+               scheduled=()     # The hyper-parameters a scheduler sets: left out
+              ) -> dict:
+    "The optimizer's hyper-parameters as this fit begins, a value per parameter group"
+    hypers = [] if learn.opt is None else learn.opt.hypers
+    return {k: [_plain_value(h.get(k)) for h in hypers] for k in sorted(hypers[0]) if k not in scheduled} if len(hypers) else {}
+
 def fit_signature(learn:Learner) -> dict:
-    "How this fit was called: method, epochs, schedule"
+    "How this fit was called: method, epochs, schedule, the hyper-parameters no schedule sets"
     scheds = {h: [np.asarray(f(p), dtype=float).round(12).tolist() for p in (0., .25, .5, .75, 1.)]
               for cb in learn.cbs if isinstance(cb, loaded_class('fastai.callback.schedule', 'ParamScheduler')) for h, f in cb.scheds.items()}
-    return dict(method=fit_method(learn), n_epoch=learn.n_epoch, schedule=scheds)
+    return dict(method=fit_method(learn), n_epoch=learn.n_epoch, schedule=scheds, hypers=fit_hypers(learn, scheds))
+
 
 # %% ../nbs/07e_resume.ipynb #7ee2ad01
 def setup_signature(learn:Learner) -> dict:
@@ -79,13 +94,32 @@ def _model_words(m:dict) -> str:
 def _optimizer_words(o:dict) -> str:
     return f"{o['name']} (steps {', '.join(o['steps'])}; hyper-parameters {', '.join(o['hypers'])})"
 
-def _fit_words(f:dict) -> str:
+def _value_words(vs) -> str:
+    "A hyper-parameter's values, one a parameter group, in words: one value when the groups agree"
+    vs = list(dict.fromkeys(map(str if not all(isinstance(v, float) for v in vs) else lambda v: f'{v:.3g}', vs)))
+    return vs[0] if len(vs) == 1 else '/'.join(vs)
+
+def _fit_words(f:dict, hypers=()) -> str:
+    "Fit signature `f` in words, with the values of its hyper-parameters `hypers`"
     lr = f['schedule'].get('lr')
     peak = f', lr peaking at {np.max(lr):.3g}' if lr else ''
-    return f"{f['method']} of {f['n_epoch']} epochs{peak}" if f['schedule'] else f"{f['method']} without a schedule"
+    said = f"{f['method']} of {f['n_epoch']} epochs{peak}" if f['schedule'] else f"{f['method']} without a schedule"
+    return said + ''.join(f", {k} {_value_words(f['hypers'][k])}" for k in hypers)
 
-def _same_fit(a:dict, b:dict) -> bool:
-    "Do two fit signatures train alike?"
+def _same_values(a, b) -> bool:
+    "Are two recorded values of a hyper-parameter alike (numbers to a relative 1e-6)?"
+    try: a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    except (TypeError, ValueError): return a == b
+    return a.shape == b.shape and np.allclose(a, b, rtol=1e-6, atol=0)
+
+def changed_hypers(a:dict, b:dict) -> list:
+    "The hyper-parameters that fit signatures `a` and `b` both record, set otherwise in each; none when one predates them"
+    ha, hb = a.get('hypers'), b.get('hypers')
+    if ha is None or hb is None: return []
+    return [k for k in sorted(set(ha) & set(hb)) if not _same_values(ha[k], hb[k])]
+
+def _same_schedule(a:dict, b:dict) -> bool:
+    "Do two fit signatures schedule alike? Plain fits do, whatever their epochs"
     if not a['schedule'] and not b['schedule']: return True
     return (a['method'], a['n_epoch'], sorted(a['schedule'])) == (b['method'], b['n_epoch'], sorted(b['schedule'])) and \
         all(np.allclose(a['schedule'][h], b['schedule'][h], rtol=1e-6, atol=0) for h in a['schedule'])
@@ -95,8 +129,10 @@ def setup_changes(saved:dict, now:dict) -> dict:
     out = {}
     if saved['model'] != now['model']: out['model'] = (_model_words(saved['model']), _model_words(now['model']))
     if saved['optimizer'] != now['optimizer']: out['optimizer'] = (_optimizer_words(saved['optimizer']), _optimizer_words(now['optimizer']))
-    if not _same_fit(saved['fit'], now['fit']): out['fit'] = (_fit_words(saved['fit']), _fit_words(now['fit']))
+    hypers = changed_hypers(saved['fit'], now['fit']) if saved['optimizer'] == now['optimizer'] else []   # another optimizer: its own change
+    if hypers or not _same_schedule(saved['fit'], now['fit']): out['fit'] = (_fit_words(saved['fit'], hypers), _fit_words(now['fit'], hypers))
     return out
+
 
 # %% ../nbs/07e_resume.ipynb #e26612c9
 def choose_checkpoint(*roots,           # The checkpoints folders
@@ -125,15 +161,23 @@ def read_checkpoint_file(ck:Path, # A checkpoint folder
                                 f'it was replaced or written by something else. Check the folder with `ddpsafe-verify {ck.parent}`, '
                                 'then remove that checkpoint, or start afresh with another `path` or `resume=False`') from e
 
-# %% ../nbs/07e_resume.ipynb #08c0a002
-ROLLED_BACK = 'rolled-back-'   # the name prefix of checkpoints set aside by a resume from an older one
-
 # %% ../nbs/07e_resume.ipynb #493ad217
+def _human_size(n:float) -> str:
+    for unit in ('B', 'KB', 'MB', 'GB'):
+        if n < 1024: return f'{n:.0f} {unit}' if unit == 'B' else f'{n:.1f} {unit}'
+        n /= 1024
+    return f'{n:.1f} TB'
+
+def _files_size(ck) -> int:
+    "The bytes checkpoint `ck`'s manifest lists"
+    try: return sum(e['size'] for e in read_manifest(ck)['files'].values())
+    except (FileNotFoundError, CorruptCheckpoint, KeyError, TypeError): return 0
+
 def chosen_checkpoint(resume,  # A checkpoint's step, or its folder (absolute, or relative to `base`)
                       roots,   # The checkpoints folders: the newer checkpoints in each are set aside
                       base=None # The folder a relative `resume` is relative to
                      ) -> tuple:
-    "The checkpoint `resume` names, checked, and its manifest; the newer ones renamed aside (rank 0)"
+    "The checkpoint `resume` names, checked, and its manifest, marked `rolled_back`; the newer ones renamed aside (rank 0)"
     roots = [as_path(r) for r in roots]
     if isinstance(resume, int): found = [r/checkpoint_name(resume) for r in roots]
     else: found = [storage_for(resume).resolve(resume, base or '.')]
@@ -144,22 +188,42 @@ def chosen_checkpoint(resume,  # A checkpoint's step, or its folder (absolute, o
     if not all(storage_for(p).renames for p in newer):
         raise ValueError(f'resume={resume!r}: {", ".join(map(str, newer))} are newer, and on object storage ddpsafe does not rename them aside: '
                          'remove them first, or the next automatic resume would pick them')
-    for p in newer: p.rename(p.with_name(ROLLED_BACK + p.name))
-    if newer: print(f'ddpsafe: resuming from {ck}, as asked; the {len(newer)} newer checkpoint{"s"*(len(newer)>1)} '
-                    f'({", ".join(p.name for p in newer)}) renamed {ROLLED_BACK}*, which no resume reads')
-    return ck, read_manifest(ck), []
+    size = sum(map(_files_size, newer))
+    aside = [set_aside(p) for p in newer]
+    if aside: print(f'ddpsafe: resuming from {ck}, as asked; the {len(aside)} newer checkpoint{"s"*(len(aside)>1)} '
+                    f'({", ".join(p.name for p in newer)}) renamed {", ".join(p.name for p in aside)}, which no resume reads. They hold '
+                    f'{_human_size(size)}: `ddpsafe-ls {ck.parent}` lists them; remove them (`rm -r {ck.parent}/{ROLLED_BACK}*`) once you no longer need them')
+    return ck, dict(read_manifest(ck), rolled_back=ck.name), []
+
 
 # %% ../nbs/07e_resume.ipynb #440bdc9f
+def _named(resume) -> str:
+    "The name of the checkpoint folder `resume` (a step, or a folder) names"
+    return checkpoint_name(resume) if isinstance(resume, int) else Path(str(resume)).name
+
+def rollback_done(roots,  # The checkpoints folders
+                  resume  # A checkpoint's step, or its folder
+                 ) -> tuple:
+    "The newest complete checkpoint, its manifest and what was skipped, when its run already rolled back to `resume`; else `None`"
+    ck, man, skipped = choose_checkpoint(*roots)
+    return (ck, man, skipped) if ck is not None and man.get('rolled_back') == _named(resume) else None
+
 def checkpoint_for_fit(roots,           # The checkpoints folders
                        fit:int|None=None, # This fit's index in the run; `None`: the newest checkpoint, whichever fit saved it
-                       resume=True,     # True: the newest complete checkpoint; a step or a checkpoint folder: that one (`chosen_checkpoint`)
+                       resume=True,     # True: the newest complete checkpoint; a step or a checkpoint folder: that one (`chosen_checkpoint`), once
                        base=None        # The folder a relative `resume` is relative to
                       ) -> tuple:
     "The checkpoint `resume` picks, or, when a later fit than `fit` saved it, fit `fit`'s last one if kept; its manifest, what was skipped (rank 0)"
-    ck, man, skipped = choose_checkpoint(*roots) if resume is True else chosen_checkpoint(resume, roots, base)
+    if resume is not True and (done := rollback_done(roots, resume)):
+        print(f'ddpsafe: resume={resume!r} was carried out by an earlier launch, which rolled back to {_named(resume)}: going on from the newest '
+              f'checkpoint of the rolled-back run, {done[0]}, as resume=True does. Another resume= rolls back again')
+        resume = True
+    if resume is not True: return chosen_checkpoint(resume, roots, base)   # asked for by name: that one, whichever fit saved it
+    ck, man, skipped = choose_checkpoint(*roots)
     if fit is None or ck is None or man.get('fit', 0) <= fit: return ck, man, skipped
     ended, ended_man, more = choose_checkpoint(*roots, fit=fit)   # this fit had ended: its last checkpoint is where it ended
     return (ck, man, skipped + more) if ended is None else (ended, ended_man, skipped + more)
+
 
 # %% ../nbs/07e_resume.ipynb #998d3095
 def check_setup(ck:Path,       # The checkpoint
@@ -179,6 +243,15 @@ def check_setup(ck:Path,       # The checkpoint
         print(f'ddpsafe: resuming {ck} with the changes you accepted: ' + '; '.join(f'{k}: {a} -> {b}' for k, (a, b) in changes.items()))
     return set(changes)
 
+# %% ../nbs/07e_resume.ipynb #4c9d2e19
+def set_fit_hypers(opt,      # The fit's optimizer, its state just loaded
+                   fit:dict  # This fit's `fit_signature`
+                  ):
+    "Set the hyper-parameters that fit signature `fit` recorded (those no scheduler sets) on `opt` again"
+    for k, vs in (fit.get('hypers') or {}).items():
+        if all(isinstance(v, float) for v in vs): opt.set_hyper(k, vs)
+
+
 # %% ../nbs/07e_resume.ipynb #f504ea37
 def position_in(state:dict,    # A checkpoint's `state.pt`
                 n_batches:int, # Training batches an epoch has in this run, per rank
@@ -189,7 +262,7 @@ def position_in(state:dict,    # A checkpoint's `state.pt`
     if state['epoch_done'] or saved == n_batches or (saved is None and state['world_size'] == world()): return state
     if saved is None: raise CheckpointMismatch(f'{ck} was written by {state["world_size"]} ranks, this run has {world()}, and it '
                                                'does not record its epoch length: resume it with the same number of ranks')
-    return {**state, 'iter': min(n_batches, -(-state['iter']*n_batches // saved))}
+    return {**state, 'iter': min(n_batches, -(-state['iter']*n_batches // saved)), 'saved_iter': state['iter']}
 
 # %% ../nbs/07e_resume.ipynb #e4e31397
 def restore(ck:Path,           # The checkpoint a resume chose
@@ -237,6 +310,21 @@ def world_change_message(ck, state:dict, now:int|None=None) -> str:
     return (f'ddpsafe: {ck} was saved by {a} ranks and this run has {b}: the weights, optimizer state and schedule go on exactly; '
             f"a step now takes the batches of {b} rank{'s'*(b != 1)} instead of {a}, and the epochs' order is split anew over them"
             + (f'{new} from random streams derived from the saved ones' if new else ''))
+
+def batches_change_message(ck, state:dict, # The checkpoint's position, as `position_in` moved it
+                           n_batches:int,  # Training batches an epoch has in this run, per rank
+                           bs:int|None=None # This run's batch size
+                          ) -> str|None:
+    "What a resume does about another batch size or epoch length than the checkpoint's, in words; `None` where nothing changed"
+    saved, saved_bs = state.get('train_batches'), state.get('batch_size')
+    other_bs = None not in (saved_bs, bs) and saved_bs != bs
+    if not other_bs and (saved in (None, n_batches) or state['world_size'] != world()): return None   # the same, or the ranks' message says it
+    epoch = lambda n, b: f'{n} training batches' + (f' of {b}' if b else '') + ' an epoch'
+    at = (f'from the end of epoch {state["epoch"]}' if state['epoch_done'] else f'epoch {state["epoch"]} after batch {state["iter"]} of '
+          f'{n_batches}' + (f' (batch {state["saved_iter"]} of {saved} as saved)' if 'saved_iter' in state else '') + ', the same share of the epoch rounded up to a whole batch')
+    return (f'ddpsafe: {ck} was saved with {epoch(saved, saved_bs)} per rank, and this run has {epoch(n_batches, bs)}: resuming '
+            f'{at}; the weights and optimizer state go on exactly, the schedule at the same share of the fit')
+
 
 # %% ../nbs/07e_resume.ipynb #8c000006
 def retrain_message(fit:int, ck, man:dict) -> str:

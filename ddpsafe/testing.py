@@ -251,12 +251,15 @@ def synth_learner(n:int=64,       # Items in all, a quarter of them for validati
                   seed:int=0,     # The seed of the data and of the model's first weights
                   path='.',       # The `Learner`'s path, where `Learner.save` writes
                   lr:float=1e-2,  # The learning rate
+                  new_launch:bool=True, # Does it stand for a new launch of a script? Then its fits are counted afresh (`CheckpointCallback`'s `new_launch`); `False` for the next learner of the same script
                   **kwargs        # Passed to `Learner`: `cbs`, `metrics`...
                  ):
     "A fastai `Learner` of a linear model on `synth_dls`"
     from fastai.learner import Learner
     from fastai.losses import MSELossFlat
     from fastai.torch_core import set_seed
+    from ddpsafe.patching import once_a_process
+    if new_launch: once_a_process('fit_sequences', dict).clear()   # as `ddpsafe.checkpoint.new_launch` does
     set_seed(seed)
     return Learner(synth_dls(n, bs, seed, path), torch.nn.Linear(4, 1), loss_func=MSELossFlat(), lr=lr, path=path, **kwargs)
 

@@ -164,9 +164,9 @@ def main(argv=None) -> int:
     except BaseException as e:
         res.update(code=1, error=f'{type(e).__name__}: {e}', error_time=time.time())
         import traceback; traceback.print_exc()
-    run = run_state(learn)
-    res.update(steps=run.steps, train_iter=getattr(learn, 'train_iter', None),
-               stopped_by=getattr(cb, 'stopped_by', None), fits=run.fits,
+    seq = getattr(cb, 'sequence', None)   # the folder's fits in this process, and their steps
+    res.update(steps=seq and seq.steps, train_iter=getattr(learn, 'train_iter', None),
+               stopped_by=getattr(cb, 'stopped_by', None), fits=seq and seq.fits,
                metric_names=list(learn.recorder.metric_names[1:-1]),
                values=[[None if x is None else float(x) for x in row] for row in learn.recorder.values],
                seconds=round(time.time()-t0, 2), device=str(next(learn.model.parameters()).device))
