@@ -1,13 +1,17 @@
-"""Issue 69: what a resume prints, as a user sees it in real processes.
+"""Issue 69: what a launch and a resume print, as a user sees it in real processes.
 
 1. A callback of the user's own that counts batches in `self.n` and has no `state_dict`: a fit in one process is
    preempted (SIGTERM to itself mid-fit, exit 75), then rerun. The rerun resumes and rank 0 names the callback, once,
    with what to do; the first launch, which resumes nothing, says nothing of it. A fit with only fastai's callbacks and
-   a user callback without state of its own (methods and class attributes) resumes the same way and prints no such line."""
+   a user callback without state of its own (methods and class attributes) resumes the same way and prints no such line.
+2. A 2-rank `torchrun` fit on CPU of a BatchNorm model with `num_workers=2`: rank 0 prints the BatchNorm note and (on a
+   Python with CPython gh-112275) the note on forked workers once each, saying what ddpsafe did and that there is
+   nothing to do, never "training with sync_bn=False ... silence this note"."""
 from __future__ import annotations
 import os, sys, subprocess, textwrap
 from pathlib import Path
 import pytest
+from ddpsafe.preempt import fork_deadlock_prone
 from ddpsafe.manifest import REQUEUE_EXIT_CODE
 
 SCRIPT = textwrap.dedent('''
@@ -80,3 +84,17 @@ def test_resume_names_a_callback_whose_state_starts_afresh(tmp_path):
 def test_resume_with_fastai_callbacks_and_stateless_ones_says_nothing(tmp_path):
     out = preempted_then_resumed(tmp_path, 'fastai')
     assert NOTE not in out and 'starts afresh' not in out, out[-3000:]
+
+@pytest.mark.timeout(300)
+def test_launch_notes_say_what_ddpsafe_did(tmp_path):
+    "A 2-rank CPU fit of a BatchNorm model with DataLoader workers: each note once, on rank 0, and nothing for the user to do"
+    code, out = launch(tmp_path, 'none', 0, 'bn', 2, ranks=2)
+    assert code == 0, f'torchrun exited {code}\n{out[-3000:]}'
+    out = out.replace('\r', '\n')
+    assert 'silence this note' not in out and 'training with sync_bn=False' not in out, out[-3000:]
+    bn = [l for l in out.splitlines() if 'BatchNorm layers' in l]
+    assert len(bn) == 1 and bn[0].startswith('ddpsafe: the model has BatchNorm layers and this machine no CUDA'), bn or out[-3000:]
+    assert 'Nothing to do; pass sync_bn=False yourself' in bn[0], bn[0]
+    fork = [l[l.index('ddpsafe: Python'):] for l in out.splitlines() if 'ddpsafe: Python' in l]
+    assert len(fork) == (1 if fork_deadlock_prone() else 0), fork or out[-3000:]
+    if fork: assert 'gh-112275' in fork[0] and 'Nothing to do (Python' in fork[0], fork[0]
