@@ -30,7 +30,7 @@ from .interval import *   # when a timed save is due
 from .resume import *   # what a resume stands on: what a checkpoint must match, which one it takes, how it is loaded
 from .resume import _name, checkpoint_for_fit, reload_weights, resume_message, world_change_message, retrain_message
 from .resume import batches_change_message, set_fit_hypers
-from .parts import loader_note, stop_persistent_workers, late_callbacks_note, TrainingState, UserState
+from .parts import loader_note, stop_persistent_workers, late_callbacks_note, unsaved_callbacks_note, TrainingState, UserState
 from .shards import shard_index
 
 # %% auto #0
@@ -424,6 +424,7 @@ def _resume(self:CheckpointCallback):
     index = shard_index(ck, man)
     at = resume_from(self.learn, ck, man, self.parts, self.accept_changes, index)   # the loops go on from there
     self.progress.go_on_from(at)
+    _say_once(run_state(self.learn), unsaved_callbacks_note(self.learn, self.parts))   # your callbacks it cannot resume, named
     if at['epoch_done'] and at['epoch']+1 >= self.n_epoch: self.replayed = partial(reload_weights, ck, man, self.parts, index)   # nothing to train: the fit's end, as it was
 
 

@@ -40,9 +40,9 @@ from .patching import when_imported, fastai_stock, fastai_patches, patch_fastai
 _all_ = ['fastai_stock', 'fastai_patches', 'patch_fastai']   # defined in `ddpsafe.patching`; still importable from here
 
 # %% ../nbs/03_learner.ipynb #416afe24
-BN_ON_CPU_NOTE = ("ddpsafe: training with sync_bn=False: the model has BatchNorm layers and this machine has no CUDA, and DDP's "
-                  "SyncBatchNorm works only on GPU modules; each rank normalizes with its own batches' statistics. "
-                  "Pass distrib_ctx(sync_bn=False) to silence this note")
+BN_ON_CPU_NOTE = ("ddpsafe: the model has BatchNorm layers and this machine no CUDA, where DDP's SyncBatchNorm (distrib_ctx's default) "
+                  "cannot run: ddpsafe leaves BatchNorm as it is, so each rank normalizes with its own batches, as with distrib_ctx(sync_bn=False). "
+                  "Nothing to do; pass sync_bn=False yourself to say you know, and this note is not printed")
 
 # %% ../nbs/03_learner.ipynb #416afe01
 _said_bn_on_cpu = []

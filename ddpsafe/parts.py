@@ -346,3 +346,31 @@ def late_callbacks_note(state,                # The fit's `TrainingState`
     return (f"ddpsafe: callback{'s'*many} {', '.join(late)} run{'s'*(not many)} after CheckpointCallback (order {order}): "
             f"{'their' if many else 'its'} state is saved before {'their' if many else 'its'} after_batch of the saved step, which a resumed run "
             f"does not repeat. Give {'them' if many else 'it'} an order below {order} to save {'their' if many else 'its'} state after it")
+
+# %% ../nbs/07b_parts.ipynb #7b00002c
+_CALLBACK_MACHINERY = {'learn', 'run', '_state', '__stored_args__'}   # what fastai sets on any callback: `add_cb`, `__call__`, `Stateful`, `store_attr`
+
+def _library_callback(cb) -> bool:
+    "Is `cb`'s class fastai's or ddpsafe's own?"
+    return type(cb).__module__.split('.')[0] in ('fastai', 'ddpsafe')
+
+def own_attributes(cb,         # A callback
+                   saved=()):  # Objects saved by a part of their own (`extra`): an attribute that holds one is kept
+    "The names of `cb`'s instance attributes that are its own state, not what fastai sets on every callback"
+    skip = _CALLBACK_MACHINERY | set(getattr(type(cb), '_methods', ()))   # `_methods`: events given as arguments
+    return [k for k, v in vars(cb).items() if k not in skip and not any(v is o for o in saved)]
+
+def unsaved_callbacks_note(learn:Learner, # The learner of the fit that resumes
+                           state):        # The fit's `TrainingState`
+    "What rank 0 says, as a fit resumes, of your callbacks with state of their own and no `state_dict`; `None` if there are none"
+    saved, lost = [p.obj for p in state if isinstance(p, UserState)], {}
+    for cb in learn.cbs:
+        if _stateful(cb) or _library_callback(cb): continue
+        if attrs := own_attributes(cb, saved): lost.setdefault(type(cb).__name__, attrs)
+    if not lost: return None
+    many = len(lost) > 1
+    names = ', '.join(f"{n} ({', '.join(f'self.{a}' for a in attrs[:4])}{', ...' if len(attrs) > 4 else ''})" for n, attrs in lost.items())
+    return (f"ddpsafe: callback{'s'*many} {names} {'have' if many else 'has'} state of {'their' if many else 'its'} own and no state_dict(), "
+            f"so checkpoints do not hold it: it starts afresh in this resumed fit while the model goes on. To keep it, give the "
+            f"callback{'s'*many} state_dict() and load_state_dict(), or pass an object that holds the state in CheckpointCallback(extra={{'name': obj}})")
+

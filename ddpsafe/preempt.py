@@ -255,13 +255,18 @@ def _start_method(loader) -> str:
 
 _said_prone = False
 
+def prone_note(version:tuple|None=None) -> str: # (major, minor, micro) of a Python that `fork_deadlock_prone`; default: this one
+    "What rank 0 says, once, of a Python whose forked DataLoader workers can deadlock: what ddpsafe does, and that there is nothing to do"
+    v = tuple(version or sys.version_info)[:3]; fixed = '.'.join(map(str, _FORK_FIXED.get(v[:2], (3, 12))))
+    return (f"ddpsafe: Python {'.'.join(map(str, v))} has a bug (CPython gh-112275, fixed in {fixed}) that can freeze a DataLoader worker as "
+            f"DDP forks it; ddpsafe watches each start and starts again, with the same seeds, a worker not running within {WORKER_START_SECONDS:g}s, "
+            f"so training goes on with the same batches. Nothing to do (Python {fixed} or later has the fix, and prints no such note)")
+
 def _say_prone():
     "Say once, on rank 0, that this Python's forked workers can deadlock, and what ddpsafe does about it"
     global _said_prone
     _said_prone = True
-    if is_main(): print(f'ddpsafe: Python {sys.version.split()[0]} can deadlock a DataLoader worker as it is forked beside gloo\'s threads '
-                        f'(CPython gh-112275, fixed in 3.12 and in 3.8-3.11 from September 2024); a worker that has not started '
-                        f'within {WORKER_START_SECONDS:g}s is killed and started again with the same seeds')
+    if is_main(): print(prone_note())
 
 def watch_worker_start(module:str,       # The module that defines `cls`: torch's, or one written after it
                        cls:str,          # Its multiprocessing DataLoader iterator class
