@@ -15,7 +15,10 @@ from fastai.torch_core import get_model
 from fastai.callback.core import CancelFitException, CancelEpochException, CancelStepException, CancelBackwardException
 from .core import *
 from .ranks import *
-from .patching import fastai_stock, patch_fastai, once_a_process   # fastai's loops, patched here
+from .patching import once_a_process
+from .fit_loops import *   # fastai's loops, entered where a checkpoint left off; the run's state across fits
+from .fit_loops import fit_sequence, new_launch, arm_resume
+_all_ = ['step_lock', 'RunState', 'run_state']   # defined in `ddpsafe.fit_loops`; still importable from here
 from .preempt import StopRequests, REQUEUE_EXIT_CODE, POLL_SECONDS
 import ddpsafe.fsdp   # learn.fsdp_ctx
 from .callbacks import TrainingCallback, at_fit_end
@@ -34,7 +37,7 @@ from .parts import loader_note, stop_persistent_workers, late_callbacks_note, un
 from .shards import shard_index
 
 # %% auto #0
-__all__ = ['CheckpointCallback', 'step_lock', 'RunState', 'run_state', 'resume_checkpoint']
+__all__ = ['CheckpointCallback', 'resume_checkpoint', 'step_lock', 'RunState', 'run_state']
 
 # %% ../nbs/08_checkpoint.ipynb #627689aa
 _CHANGES = ('model', 'optimizer', 'fit', 'parts')
@@ -73,123 +76,6 @@ class CheckpointCallback(TrainingCallback):
         if unknown := self.accept_changes - set(_CHANGES): raise ValueError(f'accept_changes: {sorted(unknown)} not among {_CHANGES}')
         for name, o in (extra or {}).items(): UserState(name, o)     # refuse an object without state now, not at the first save
         self.stops = self.saver = self.parts = self.fit_dls = self.ended = None
-
-# %% ../nbs/08_checkpoint.ipynb #9f2b6736
-_locks = once_a_process('step_locks', weakref.WeakKeyDictionary)   # one per process, however often this runs
-_locks_guard = threading.Lock()
-
-def step_lock(learn:Learner) -> threading.RLock:
-    "The lock around `learn`'s optimizer step"
-    with _locks_guard:
-        if learn not in _locks: _locks[learn] = threading.RLock()
-        return _locks[learn]
-
-@patch_fastai('fastai.learner', 'Learner._do_grad_opt')
-def learner_do_grad_opt(self):
-    "fastai's backward and step, the step under `step_lock`"
-    self._with_events(self._backward, 'backward', CancelBackwardException)
-    with step_lock(self): self._with_events(self._step, 'step', CancelStepException)
-    self.opt.zero_grad()
-
-# %% ../nbs/08_checkpoint.ipynb #b51fe820
-@patch_fastai('fastai.learner', 'Learner.snapshot')
-def learner_snapshot(self,
-                     buffers:StateBuffers|None=None # Buffers to refill; new ones when `None`
-                    ) -> dict:
-    "A CPU copy of the model and optimizer at one step boundary (collective for a sharded model)"
-    with step_lock(self):
-        state = dict(model=model_weights(self.model), opt=full_optimizer_state(self.opt.state_dict()) if self.opt is not None else None)
-        return (buffers or StateBuffers()).copy(state)
-
-# %% ../nbs/08_checkpoint.ipynb #b682e5bd
-class FitSequence:
-    "The fits this process began on one checkpoints folder, whichever learner ran each, and the optimizer steps they did"
-    def __init__(self):
-        self.fits,self.steps,self.failed = 0,0,set()   # fits begun, optimizer steps done, the fits that an error ended
-        self.rolled_back = None                        # the checkpoint this run rolled back to, which its checkpoints record
-
-_sequences = once_a_process('fit_sequences', dict)
-
-def fit_sequence(folder) -> FitSequence:
-    "This process's `FitSequence` of checkpoints folder `folder`"
-    return _sequences.setdefault(str(folder), FitSequence())
-
-def new_launch():
-    "Count the fits afresh on every folder, as a new launch of the script does: for a script run again in the same process (a notebook, a test)"
-    _sequences.clear()
-
-
-# %% ../nbs/08_checkpoint.ipynb #b682e5be
-class RunState:
-    "What a learner carries between its fits"
-    def __init__(self):
-        self.fits_left,self.stopped = 0,False # fits still to come in this `fine_tune`; a stop request ended one of them
-        self.start_epoch,self.skip = 0,None   # a resume's first epoch; (batches done, how many of them to draw and drop, what to do at the resume point)
-        self.at_start = None                  # what to do as a resume's first epoch is about to begin (a checkpoint at an epoch's end)
-        self.said = set()                     # what rank 0 said once for this learner
-
-_runs = once_a_process('runs', weakref.WeakKeyDictionary)   # shared by every copy of the patches below
-
-def run_state(learn:Learner) -> RunState:
-    "`learn`'s `RunState`, kept beside the learner"
-    if learn not in _runs: _runs[learn] = RunState()
-    return _runs[learn]
-
-
-# %% ../nbs/08_checkpoint.ipynb #729c0233
-@patch_fastai('fastai.callback.schedule', 'Learner.fine_tune')
-def learner_fine_tune(self, epochs, base_lr=2e-3, freeze_epochs=1, lr_mult=100, pct_start=0.3, div=5.0, **kwargs):
-    "fastai's `fine_tune`, stopped whole by a stop request"
-    run = run_state(self)
-    run.fits_left, run.stopped = 2, False
-    try: return fastai_stock['Learner.fine_tune'](self, epochs, base_lr=base_lr, freeze_epochs=freeze_epochs, lr_mult=lr_mult,
-                                                  pct_start=pct_start, div=div, **kwargs)
-    finally: run.fits_left = 0
-
-# %% ../nbs/08_checkpoint.ipynb #15a777e8
-@patch_fastai('fastai.learner', 'Learner._do_fit')
-def learner_do_fit(self):
-    "fastai's epoch loop, from a resume's epoch"
-    run = run_state(self)
-    start, run.start_epoch = run.start_epoch, 0
-    if start and (bar := getattr(getattr(self, 'progress', None), 'mbar', None)): bar.update(0)  # fastprogress must start at 0
-    at_start, run.at_start = run.at_start, None
-    if at_start: at_start()                      # the resume point of a checkpoint at an epoch's end
-    for epoch in range(start, self.n_epoch):
-        self.epoch = epoch
-        self._with_events(self._do_epoch, 'epoch', CancelEpochException)
-
-@patch_fastai('fastai.learner', 'Learner.all_batches')
-def learner_all_batches(self):
-    "fastai's batch loop, from a resume's batch"
-    self.n_iter = len(self.dl)
-    run = run_state(self)
-    (done, drop, at_resume_point), run.skip = (run.skip or (0, 0, None)), None
-    batches = enumerate(self.dl, done-drop)      # the loader's iterator starts here
-    if done and not drop: at_resume_point()      # a loader that resumed by itself
-    for i, b in batches:
-        if i < done:
-            if i == done-1: at_resume_point()
-            continue
-        self.one_batch(i, b)
-
-# %% ../nbs/08_checkpoint.ipynb #4667f01f
-def arm_resume(learn:Learner,       # The learner whose `fit` begins
-               parts,               # The registry (`TrainingState`): its parts get `at_resume_point` right before the resumed batch
-               state:dict,          # The checkpoint's position (`PositionState.resumed`)
-               same_fit:bool=True): # Is this fit the checkpoint's? Else the schedule goes on at the same fraction of the fit
-    "Arm fastai's loops to go on from the position `state`"
-    learn.train_iter = state['train_iter']
-    run = run_state(learn)
-    if state['epoch_done']: run.start_epoch, run.at_start = state['epoch'] + 1, lambda: parts.event('at_resume_point'); return
-    n_iter = len(learn.dls.train)   # a changed fit or epoch length: where the same batch falls in its schedule
-    exact = same_fit and state.get('train_batches', n_iter) == n_iter
-    pct = state['pct_train'] if exact else (state['epoch'] + state['iter']/n_iter) / learn.n_epoch
-    def at_resume_point():
-        learn.pct_train, learn.train_iter = pct, state['train_iter']
-        parts.event('at_resume_point')
-    drop = 0 if any(getattr(p, 'resumes_itself', False) for p in parts) else state['iter']
-    run.start_epoch, run.skip = state['epoch'], (state['iter'], drop, at_resume_point)
 
 # %% ../nbs/08_checkpoint.ipynb #b8364e91
 @patch

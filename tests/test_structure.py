@@ -46,7 +46,8 @@ def test_walk_of_a_save():
     assert s['collectives'] == ['training_state->all_ranks', 'saver->on_main'], f"a synchronous save makes these collectives: {s['collectives']}"
     # 14: the 12 it entered before `core` and `parts` were split, and the same calls now in `ranks` and `training_state`;
     # 15: and `slot_copy`, whose files' fingerprints (`_marks`, `skeleton`) let a save of a step just committed link its files
-    assert s['n_modules_entered'] <= 15, f"a synchronous save enters {s['n_modules_entered']} modules: {s['modules_entered']}"
+    # 16: and `fit_loops`, where the step lock went when `checkpoint` outgrew 400 lines (issue 69): the same call, not more work
+    assert s['n_modules_entered'] <= 16, f"a synchronous save enters {s['n_modules_entered']} modules: {s['modules_entered']}"
     assert walk._returns(['a', 'b', 'a', 'c', 'c', 'b']) == ['a', 'b']
 
 def _part_makers(imports:str) -> list:

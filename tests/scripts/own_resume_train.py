@@ -14,7 +14,7 @@ SCRIPT is one of
 The learners' path is RUN; marker lines go to RUN/marks/rank{r}.log:
 
     PID pid                   as the script starts
-    FOLD k {json}             after fold (or model) k: the digest of its weights, the bytes it saved, its `validate()` loss
+    FOLD k {json}             after fold (or model) k: the digest of its weights, its `validate()` loss
     RESULT {json}             last: the final weights' digest, the optimizer's lr, the user's callback's count
 
 `--kill STEP`: the last rank sends itself SIGTERM after that many optimizer steps of this launch (a preemption).
@@ -73,7 +73,7 @@ class CountBatches(Callback):
     def after_batch(self):
         if self.training: self.n += 1
 
-def checkpoints(**kw): return [] if args.stock else [CheckpointCallback(**kw)]
+def checkpoints(**kw): return [] if args.stock else [CheckpointCallback(poll_seconds=0, **kw)]   # a stop agreed at the next step
 
 def learner(dls, seed:int, cbs=()):
     torch.manual_seed(seed)
@@ -83,16 +83,16 @@ def learner(dls, seed:int, cbs=()):
 
 def ctx(learn): return learn.distrib_ctx(cpu=True) if args.stock else learn.distrib_ctx() if distributed else contextlib.nullcontext()
 
-def report(k, learn, saved=None):
-    say(f'FOLD {k} ' + json.dumps(dict(weights=digest(get_model(learn.model).state_dict()), loss=float(learn.validate()[0]),
-                                       saved=saved and hashlib.sha256(Path(saved).read_bytes()).hexdigest()[:16])))
+def report(k, learn):
+    "Fold `k`'s weights and its `validate()` loss"
+    say(f'FOLD {k} ' + json.dumps(dict(weights=digest(get_model(learn.model).state_dict()), loss=float(learn.validate()[0]))))
 
 set_seed(0)
 if args.script == 'kfold':
     for k in range(3):
         learn = learner(data(list(range(k, 96, 3))), seed=k)
         with ctx(learn): learn.fit_one_cycle(3, 1e-2, cbs=checkpoints())
-        report(k, learn, learn.save(f'fold{k}'))
+        learn.save(f'fold{k}'); report(k, learn)
 elif args.script == 'ensemble':
     dls = data(list(range(72, 96)))
     for k in range(2):
