@@ -165,8 +165,8 @@ def main(argv=None) -> int:
         res.update(code=1, error=f'{type(e).__name__}: {e}', error_time=time.time())
         import traceback; traceback.print_exc()
     seq = getattr(cb, 'sequence', None)   # the folder's fits in this process, and their steps
-    res.update(steps=seq and seq.steps, train_iter=getattr(learn, 'train_iter', None),
-               stopped_by=getattr(cb, 'stopped_by', None), fits=seq and seq.fits,
+    res.update(steps=seq.steps if seq else 0, train_iter=getattr(learn, 'train_iter', None),
+               stopped_by=getattr(cb, 'stopped_by', None), fits=seq.fits if seq else 0,
                metric_names=list(learn.recorder.metric_names[1:-1]),
                values=[[None if x is None else float(x) for x in row] for row in learn.recorder.values],
                seconds=round(time.time()-t0, 2), device=str(next(learn.model.parameters()).device))
