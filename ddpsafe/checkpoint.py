@@ -6,16 +6,15 @@ Docs: https://ddpsafe.github.io/ddpsafe/checkpoint.html.md"""
 
 # %% ../nbs/08_checkpoint.ipynb #b489a2a4
 from __future__ import annotations
-import gc, time, atexit, signal, threading, weakref, warnings
+import gc, time, atexit, signal, warnings
 from functools import partial
 import numpy as np
 from fastcore.basics import patch, store_attr
 from fastai.learner import Learner
 from fastai.torch_core import get_model
-from fastai.callback.core import CancelFitException, CancelEpochException, CancelStepException, CancelBackwardException
+from fastai.callback.core import CancelFitException
 from .core import *
 from .ranks import *
-from .patching import once_a_process
 from .fit_loops import *   # fastai's loops, entered where a checkpoint left off; the run's state across fits
 from .fit_loops import fit_sequence, new_launch, arm_resume
 _all_ = ['step_lock', 'RunState', 'run_state']   # defined in `ddpsafe.fit_loops`; still importable from here
@@ -24,8 +23,6 @@ import ddpsafe.fsdp   # learn.fsdp_ctx
 from .callbacks import TrainingCallback, at_fit_end
 from .parts import *
 import ddpsafe.text   # its part (a model's hidden state) and its split of a language model's texts, whatever else is imported
-from .snapshot import StateBuffers
-from .sharded import full_optimizer_state
 from .commit import storage_for
 from .memory import fit_memory_tier
 from .saver import *   # how a checkpoint is written and kept
@@ -75,7 +72,7 @@ class CheckpointCallback(TrainingCallback):
         self.accept_changes = {accept_changes} if isinstance(accept_changes, str) else set(accept_changes)
         if unknown := self.accept_changes - set(_CHANGES): raise ValueError(f'accept_changes: {sorted(unknown)} not among {_CHANGES}')
         for name, o in (extra or {}).items(): UserState(name, o)     # refuse an object without state now, not at the first save
-        self.stops = self.saver = self.parts = self.fit_dls = self.ended = None
+        self.stops = self.saver = self.parts = self.fit_dls = self.ended = self.sequence = None
 
 # %% ../nbs/08_checkpoint.ipynb #b8364e91
 @patch
@@ -155,7 +152,7 @@ def _close(self:CheckpointCallback):
     if self.saver is not None: self.saver.close()        # the signals still only raise a flag meanwhile
     if self.stops is not None: self.stops.uninstall(wait=False)
     for dl in self.fit_dls.loaders: stop_persistent_workers(dl)   # `self.learn` is gone: fastai removed this callback
-    self.stops = self.saver = self.parts = self.fit_dls = self.ended = None
+    self.stops = self.saver = self.parts = self.fit_dls = self.ended = self.sequence = None   # an exported learner holds none of them
 
 # %% ../nbs/08_checkpoint.ipynb #d35bf82a
 CheckpointCallback.root = property(lambda self: None if self.saver is None else self.saver.far or self.saver.root,

@@ -119,6 +119,7 @@ def main(argv=None) -> int:
         "`CheckpointCallback` that prints what it does, and creates switch files / sends signals at given steps"
         def before_fit(self):
             super().before_fit()
+            self.seen = self.sequence   # the folder's fits in this process: `_close` lets go of it
             say(f'FIT {self.progress.fit_idx} START steps_before={self.progress.steps_before}')
             if a.nccl: say(f'DEVICES model {next(self.model.parameters()).device} data {self.dls.train.device}')
             if a.start_out:            # whole tensors on every rank, gathered from the shards under FSDP
@@ -164,7 +165,7 @@ def main(argv=None) -> int:
     except BaseException as e:
         res.update(code=1, error=f'{type(e).__name__}: {e}', error_time=time.time())
         import traceback; traceback.print_exc()
-    seq = getattr(cb, 'sequence', None)   # the folder's fits in this process, and their steps
+    seq = getattr(cb, 'seen', None)   # the folder's fits in this process, and their steps
     res.update(steps=seq.steps if seq else 0, train_iter=getattr(learn, 'train_iter', None),
                stopped_by=getattr(cb, 'stopped_by', None), fits=seq.fits if seq else 0,
                metric_names=list(learn.recorder.metric_names[1:-1]),
