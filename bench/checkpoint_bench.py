@@ -26,7 +26,7 @@ class Bench:
         self.state, self.folder, self.flat, self.device = state, folder, flat(state), device
         self.bufs = [torch.empty(t.shape, dtype=t.dtype, pin_memory=device.type == 'cuda') for t in tensors(state)]   # memcpy's reused host buffers
         self.shm = slots_home()/f'ddpsafe-bench-{os.getpid()}'
-        self.pipe = SlotPipe(self.shm/'async').start(say=lambda *a: None)   # the async saves' two slots and writer process, as `Saver` makes them
+        self.pipe = SlotPipe(self.shm/'async', 1, keep_newest=False).start(say=lambda *a: None)   # the async saves' slot and writer process, as `Saver` makes them
         self.pipe.reserve(state)
         self.tier = MemoryTier(self.shm/'memory', every_steps=1, keep=2)   # the memory tier alone: its own slots, no writer
         self.tier.reserve(state)                                             # its slots made ahead, as a fit's first step has them made
@@ -215,7 +215,7 @@ def summarize(size:dict) -> dict:
                          per_rep=per_rep, met=meets(v, op, goal), met_of_minimums=meets(b, op, goal))
     if 'ddpsafe_async' in runs:     # the slots and the writer's own pages, at their most, over the state
         slots, writer = (max(r[k] for r in runs['ddpsafe_async']) for k in ('slots_bytes', 'writer_anon_bytes'))
-        ratios['async_host_memory_over_state'] = dict(what="async saves' host memory (two slots in /dev/shm + the writer process's own) / the state; not a goal",
+        ratios['async_host_memory_over_state'] = dict(what="async saves' host memory (their slot in /dev/shm + the writer process's own) / the state; not a goal",
                                                       median_paired=(slots + writer)/size['bytes'], slots_bytes=slots, writer_anon_bytes=writer)
     return dict(median=med, best=best, ratios=ratios)
 

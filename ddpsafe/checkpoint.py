@@ -58,6 +58,7 @@ class CheckpointCallback(TrainingCallback):
                  monitor:str='valid_loss', # The recorded value that picks the best checkpoint to keep
                  comp=None,       # `np.less` or `np.greater`; from `monitor`'s name when `None`
                  async_save:bool=False, # Copy at the step boundary, write in the background (a writer process; a thread for shards or object storage)
+                 async_slots:int=1, # Copies of the state the async saves keep in /dev/shm (RAM): 1, and a save that finds the last one still being written waits for it (said once a fit); 2, and it copies into the second at once, written right after the first: no wait, twice the RAM. The memory tier adds its own
                  storage_options:dict|None=None, # For a URL `path` (`s3://bucket/run`): fsspec's options (credentials, `endpoint_url`...)
                  local:str|None=None, # A fast local folder (relative to `learn.path`): commit there first, upload to `path` in the background
                  upload_wait:float=60., # With `local`: after a stop by signal, wait this many seconds at most for the upload
@@ -85,7 +86,7 @@ def before_fit(self:CheckpointCallback):
     folder = storage_for(self.path, self.storage_options).resolve(self.path, self.learn.path)   # a URL: a `UPath`, its options in it
     memory = fit_memory_tier(self.memory_every_steps, folder, self.memory_path, self.learn.path, self.memory_keep)
     self.saver = fit_saver(folder, self.model, local=self.learn.path/self.local if self.local else None, memory=memory,
-                           keep=self.keep, comp=self.comp, async_save=self.async_save, say=say)   # how this fit writes and keeps, chosen once
+                           keep=self.keep, comp=self.comp, async_save=self.async_save, async_slots=self.async_slots, say=say)   # how this fit writes and keeps, chosen once
     self.sequence = seq = fit_sequence(folder)   # this process's fits on the folder, whichever learner ran them
     position, seq.fits = PositionState(self.learn, seq.fits, seq.steps), seq.fits + 1   # where the loops are, and the step counters
     self.parts = TrainingState(self.learn, self.extra, header=[position, SetupState(setup_signature(self.learn))])   # and the run's facts

@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/saver.html.md"""
 
 # %% ../nbs/07f_saver.ipynb #7f000002
 from __future__ import annotations
-import os, time, operator, warnings, contextlib
+import os, time, shutil, operator, warnings, contextlib
 import xxhash
 import numpy as np
 from functools import partial
@@ -59,13 +59,17 @@ class Saver(Tier):
                  memory=None,    # The fit's `MemoryTier` ([memory](memory.html)): a checkpoint every few steps in node-local RAM, written in the background; `None`: none
                  far=None,       # `path`'s folder when `root` is the `local` one: where the uploads go, and where a resume looks too
                  far_claim=None, # `far`'s `FolderClaim`, released with `claim` as the saver closes
-                 pipe=None):     # Rank 0's `SlotPipe` (slots in /dev/shm, a writer process), shared with `memory`; `None`: made here when one is needed
+                 pipe=None,      # Rank 0's `SlotPipe` (slots in /dev/shm, a writer process), shared with `memory`; `None`: made here when one is needed
+                 async_slots:int=1): # Async saves' slots, each a copy of the state: 1, a save waits for the write before it; 2, it does not (`CheckpointCallback`)
+        if not (isinstance(async_slots, int) and async_slots >= 1): raise ValueError(f'async_slots={async_slots!r}: a number of slots, 1 or more')
         store_attr()
         self.committed = None   # rank 0's last commit by the trainer: its step, folder, files' fingerprints and entries
         self.piped = async_save and not sharded and storage.local and _pipeable(comp)   # a whole model to a local folder: sealed in a slot, committed by the writer process
         self.writer, self.buffers = (AsyncWriter(), StateBuffers()) if async_save and not self.piped else (None, None)
         if self.pipe is None and (self.piped or memory is not None):
-            self.pipe = SlotPipe(_slots_folder(root, memory), max(2, memory.keep) if memory is not None else 2, self.piped)
+            extra = async_slots - 1 if self.piped else 0       # the slots beyond one that async saves were given
+            count = max(2, memory.keep) + extra if memory is not None else async_slots   # the memory tier keeps its newest whole; async saves alone refill theirs
+            self.pipe = SlotPipe(_slots_folder(root, memory), count, self.piped, depth=async_slots, keep_newest=memory is not None)
             if is_main(): self.pipe.start()
         if memory is not None: memory.pipe = self.pipe        # one ring of slots: the memory tier's checkpoint is its newest
         self.submitted, self.waited = None, False   # (step, time) of the last background write handed over; has a save waited this fit?
@@ -132,6 +136,7 @@ class Saver(Tier):
         "Rank 0: its claim checked, checkpoint `step` sealed in a slot (the newest one's meta renewed when it holds `step` already: no tensor copied twice) and handed to the writer"
         self.claim.check()
         ring = self.pipe.ring
+        if len(self.pipe.jobs) >= self.pipe.depth: self.pipe.poll(None, leave=self.pipe.depth - 1)   # called without `ready` first: a slot free for it
         try: slot = ring.reseal(step, files, meta) or ring.fill(step, files, meta)
         except OSError as e:     # /dev/shm full: this checkpoint written by the trainer, as a synchronous save writes it
             self.pipe.notes.append(f'ddpsafe: {e}; checkpoint {step} is written by the training process instead')
@@ -172,10 +177,11 @@ def settle(self:Saver, step:int|None=None): # The step a save is due at; `None`:
 @patch
 def _settle_pipe(self:Saver, step:int|None=None):
     "`settle` of saves handed to the writer process: its reply awaited, its error raised and its death said on every rank"
-    due = time.monotonic()
+    due, leave = time.monotonic(), 0 if step is None else self.pipe.depth - 1   # a save: a slot free for it; the fit's end: every write done
     def wait():
-        busy = self.pipe.busy and self.pipe.job['step'] != step   # the save of the step in flight (the fit's end): its wait is the end's, not said
-        self.pipe.poll(None)
+        jobs = self.pipe.jobs
+        busy = len(jobs) > leave and jobs[-1]['step'] != step   # the save of the step in flight (the fit's end): its wait is the end's, not said
+        self.pipe.poll(None, leave=leave)
         if (err := self.pipe.take_error()) is not None: raise err
         if busy and step is not None and not self.waited: self.waited = True; print(self.wait_note(step, due, time.monotonic() - due))
     everywhere(self.pipe, wait)
@@ -194,7 +200,6 @@ def wait_note(self:Saver, step:int, # The step whose save waited
 # %% ../nbs/07f_saver.ipynb #7f00001c
 def _discard_slots(folder:Path):
     "Rank 0: remove a slots folder (and the run's folder above it, once empty)"
-    import shutil
     shutil.rmtree(folder, ignore_errors=True)
     with contextlib.suppress(OSError): Path(folder).parent.rmdir()
 
@@ -261,8 +266,9 @@ def end(self:Saver, upload_wait:float|None=None, # At most this many seconds for
 @patch
 def recover(self:Saver) -> int|None:
     "Rank 0, as a fit starts: the newest slot an earlier launch sealed, committed to disk if it is newer than any checkpoint there; then every slot emptied. Its step, if committed"
-    found, damaged, done = [], [], None
-    for s in self.pipe.ring.slots:
+    found, damaged, done, ring = [], [], None, self.pipe.ring
+    slots = sorted({*ring.slots, *(p for p in ring.folder.glob('slot-*') if p.is_dir())})   # an earlier launch's ring may have had more
+    for s in slots:
         try: r = read_seal(s)
         except (ValueError, KeyError) as e: damaged.append((s.name, f'its seal is unreadable: {e}')); continue
         if r is not None: found.append((r['step'], s))
@@ -273,7 +279,9 @@ def recover(self:Saver) -> int|None:
             self.claim.check()
             persist_slot(slot, self.root, self.keep, _comp_name(self.comp), True, step, self._uploading())
             done = step
-    for s in self.pipe.ring.slots: unseal(s)   # on disk now, or older than it: the ring starts empty
+    for s in slots:
+        if s in ring.slots: unseal(s)           # on disk now, or older than it: the ring starts empty
+        else: shutil.rmtree(s, ignore_errors=True)   # beyond this ring: RAM held for nothing
     if self.memory is not None: self.memory.launch_held, self.memory.restored, self.memory.damaged = [s for s, _ in found], done, damaged
     elif done is not None: print(f'ddpsafe: step {done}, sealed in memory by the last launch ({self.pipe.folder}), committed to {self.root}')
     return done
@@ -288,6 +296,7 @@ def fit_saver(folder,                # The checkpoints folder, resolved: a `Path
               keep:int=3,            # Keep the newest this many complete checkpoints, and the best one
               comp=np.less,          # `np.less` or `np.greater`: which metric is the best
               async_save:bool=False, # Copy at the step boundary, write in the background (a writer process; a thread for shards or object storage)
+              async_slots:int=1,     # Async saves' slots in /dev/shm: 1, a save waits for the write before it; 2, it does not (twice the RAM)
               say=print              # Rank 0 says with it where the checkpoints go, first
              ) -> Saver:
     "The fit's `Saver`: its folders made and claimed, whole or in shards, its tiers; collective"
@@ -306,7 +315,7 @@ def fit_saver(folder,                # The checkpoints folder, resolved: a `Path
         if sharded and memory is not None: memory = memory.decline('this fit saves its sharded model in shards, which the memory tier does not hold')
         s = Saver(root, commits, keep, comp, claims[0], async_save, sharded,
                   Uploader(far, keep, comp) if local and is_main() else None,
-                  memory, far if local else None, claims[1] if local else None)
+                  memory, far if local else None, claims[1] if local else None, async_slots=async_slots)
         if s.pipe is not None: everywhere(s.pipe, s.recover)   # what a trainer killed after a seal left: on disk before a resume looks
         return s
     except BaseException:

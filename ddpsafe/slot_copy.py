@@ -85,9 +85,10 @@ class SlotsBusy(RuntimeError):
 class SlotRing:
     "A rank's slots in shared memory: the newest sealed one, and the ones being filled or persisted"
     def __init__(self, folder:Path|None=None, # Where the slots go: the run's folder in /dev/shm, one per rank
-                 count:int=2):                # How many slots
-        if count < 2: raise ValueError(f'count={count}: a ring of slots needs 2 or more, one sealed and one to fill')
-        self.folder, self.count = Path(folder or slots_home()/f'ddpsafe-slots-{os.getpid()}'), count
+                 count:int=2,                 # How many slots
+                 keep_newest:bool=True):      # Must the newest sealed slot stay whole until a newer one is sealed (the memory tier's checkpoint)? `False`: async saves alone, whose slot is on disk once written
+        if count < 1 + keep_newest: raise ValueError(f'count={count}: a ring of slots that keeps its newest needs 2 or more, one sealed and one to fill')
+        self.folder, self.count, self.keep_newest = Path(folder or slots_home()/f'ddpsafe-slots-{os.getpid()}'), count, keep_newest
         self.maps, self.handed, self.reserving, self.marks = {}, set(), None, {}
     @property
     def slots(self) -> list: return [self.folder/f'slot-{i}' for i in range(self.count)]
@@ -96,8 +97,8 @@ class SlotRing:
         sealed = [((r or {}).get('step'), s) for s in self.slots if (r := read_seal(s)) is not None]
         return max(sealed)[1] if sealed else None
     def free(self) -> Path|None:
-        "A slot to fill now: unsealed first, then the oldest sealed; never the newest sealed nor one handed to the writer"
-        newest = self.newest()
+        "A slot to fill now: unsealed first, then the oldest sealed; never one handed to the writer, nor the newest sealed where it is kept"
+        newest = self.newest() if self.keep_newest else None
         cands = [s for s in self.slots if s != newest and s not in self.handed]
         return min(cands, key=lambda s: (read_seal(s) or {}).get('step', -1), default=None)
 
@@ -209,15 +210,20 @@ class SlotPipe:
     "Rank 0's slots and writer process, shared by the disk's async saves and the memory tier"
     def __init__(self, folder:Path,   # The rank's slots folder
                  count:int=2,         # Slots in the ring
-                 background:bool=True): # Start a writer process? `False`: slots for the memory tier alone
-        self.ring, self.background = SlotRing(folder, count), background
-        self.writer = self.job = self.seconds = self.error = None
+                 background:bool=True, # Start a writer process? `False`: slots for the memory tier alone
+                 depth:int=1,          # Writes handed to the writer at most at once: a save finds a slot being written and waits for it beyond this
+                 keep_newest:bool=True): # Keep the newest sealed slot whole (the memory tier's checkpoint)? (`SlotRing`)
+        self.ring, self.background, self.depth = SlotRing(folder, count, keep_newest), background, depth
+        self.writer = self.seconds = self.error = None
+        self.jobs = []     # the writes handed to the writer, oldest first
         self.notes = []    # what rank 0 says on every rank at the next look: the writer's death
     def __repr__(self): return f'SlotPipe({self.folder}, writer {self.writer and self.writer.pid})'
     @property
     def folder(self) -> Path: return self.ring.folder
     @property
-    def busy(self) -> bool: return self.job is not None
+    def busy(self) -> bool: return bool(self.jobs)
+    @property
+    def job(self) -> dict|None: return self.jobs[0] if self.jobs else None   # the write in flight, the oldest handed
     def start(self, say=print):
         "A writer an earlier launch left running waited for (named); then this fit's writer started"
         wait_previous_writer(self.folder, say=say)
@@ -243,12 +249,12 @@ def free(self:SlotPipe) -> Path|None:
 @patch
 def hand(self:SlotPipe, slot:Path, root, step:int, keep:int, comp:str|None, fit_ends:bool, done, also=()):
     "Commit sealed `slot` (step `step`) to `root`: by the writer (after the write in flight), or here once it is gone; `done(ck)` after the commit"
-    if self.job is not None: self.poll(None)   # one write in flight at a time
+    if len(self.jobs) >= self.depth: self.poll(None, leave=self.depth - 1)   # `depth` writes in flight at most
     if self.writer is not None:
         try:
-            self.writer.submit(slot, root, step, keep, comp, fit_ends, also)
+            jid = self.writer.submit(slot, root, step, keep, comp, fit_ends, also)
             self.ring.handed.add(slot)
-            self.job = dict(slot=slot, root=root, step=step, keep=keep, comp=comp, fit_ends=fit_ends, also=also, done=done, at=time.monotonic())
+            self.jobs.append(dict(id=jid, slot=slot, root=root, step=step, keep=keep, comp=comp, fit_ends=fit_ends, also=also, done=done, at=time.monotonic()))
             return None
         except WriterGone as e: self._gone(e)
         except OSError as e: self._gone(e)
@@ -258,24 +264,26 @@ def hand(self:SlotPipe, slot:Path, root, step:int, keep:int, comp:str|None, fit_
     return done(ck)
 
 @patch
-def poll(self:SlotPipe, timeout:float|None=0):
-    "Take the writer's replies within `timeout` seconds (`None`: wait for the write in flight): `done` after a commit, a failure kept for `take`"
+def poll(self:SlotPipe, timeout:float|None=0, # Seconds; `None`: wait for the writes in flight, until `leave` are left
+         leave:int=0):                           # With `timeout=None`: return once this many writes at most are in flight
+    "Take the writer's replies within `timeout` seconds: `done` after a commit, a failure kept for `take`"
     if self.writer is None: return
-    if self.job is None:
+    if not self.jobs:
         if self.writer.proc.poll() is not None: self._gone(None)   # died idle: said, synchronous from now
         return
-    try: replies = self.writer.poll(timeout) if timeout is not None else self.writer.wait()
+    try: replies = self.writer.poll(timeout) if timeout is not None else self.writer.wait(leave=leave)
     except WriterGone as e: return self._gone(e)
     for r in replies:
-        job, self.job = self.job, None
+        job = next(j for j in self.jobs if j['id'] == r['id']); self.jobs.remove(job)
         self.ring.handed.discard(job['slot']); self.seconds = r.get('seconds')
         if r['ok']: job['done'](Path(r['path']))
         else: self.error = OSError(r.get('errno') or errno.EIO, f"the checkpoint writer process could not commit step {job['step']}: {r['error']}")
 
 @patch
 def _gone(self:SlotPipe, e):
-    "The writer died: named (pid, how, the step it held), that step committed here from its sealed slot; synchronous from now on"
-    w, job, self.writer, self.job = self.writer, self.job, None, None
+    "The writer died: named (pid, how, the steps it held), those steps committed here from their sealed slots, in order; synchronous from now on"
+    w, jobs, self.writer, self.jobs = self.writer, self.jobs, None, []
+    job = jobs[0] if jobs else None
     if isinstance(e, WriterStalled): w.proc.kill()          # alive, stuck: ended, and its slot written here
     rc = w.proc.poll()
     if rc is None:
@@ -285,18 +293,20 @@ def _gone(self:SlotPipe, e):
     how = (f'wrote nothing for {w.stall:g} s (stopped, or its disk does not answer) and was ended' if isinstance(e, WriterStalled)
            else _ended(rc) if rc is not None else f'stopped answering ({e})')
     lost = f' while it wrote step {job["step"]}' if job else ''
+    steps = ' and '.join(f'step {j["step"]}, still sealed in {j["slot"]},' for j in jobs)
     self.notes.append(f'ddpsafe: the checkpoint writer process (pid {w.pid}) {how}{lost}; nothing already committed is lost'
-                      + (f', and step {job["step"]}, still sealed in {job["slot"]}, is committed by the trainer now' if job else '')
+                      + (f', and {steps} {"is" if len(jobs) == 1 else "are"} committed by the trainer now' if jobs else '')
                       + ': the rest of this fit saves synchronously, in the training process')
     if job is None: return
-    self.ring.handed.discard(job['slot'])
     for p, _ in temporaries(job['root']):                    # what it was writing: gone
         if f'.tmp-{w.pid}-' in Path(p).name:
             with contextlib.suppress(OSError): storage_for(job['root']).remove(p)
-    began = time.monotonic()
-    try: job['done'](persist_slot(job['slot'], job['root'], job['keep'], job['comp'], job['fit_ends'], job['step'], job['also']))
-    except Exception as err: self.error = err
-    finally: self.seconds = time.monotonic() - began
+    for job in jobs:
+        self.ring.handed.discard(job['slot'])
+        began = time.monotonic()
+        try: job['done'](persist_slot(job['slot'], job['root'], job['keep'], job['comp'], job['fit_ends'], job['step'], job['also']))
+        except Exception as err: self.error = self.error or err
+        finally: self.seconds = time.monotonic() - began
 
 @patch
 def take_error(self:SlotPipe) -> BaseException|None:

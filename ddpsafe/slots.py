@@ -331,10 +331,12 @@ class SlotWriter:
                 r['job'] = self.pending.pop(r['id'], None); out.append(r); self.moved = time.monotonic()
             if out: break
         return out
-    def wait(self, timeout:float|None=None) -> list:
-        "Every pending job's reply; `TimeoutError` past `timeout` seconds, `WriterGone` if the process ends first"
+    def wait(self, timeout:float|None=None, # Seconds at most; `None`: no limit but the stall's
+             leave:int=0                   # Return once at most this many jobs are pending: 0, every job's reply
+            ) -> list:
+        "The pending jobs' replies, until `leave` are left; `TimeoutError` past `timeout` seconds, `WriterGone` if the process ends first"
         out, end = [], None if timeout is None else time.monotonic() + timeout
-        while self.pending:
+        while len(self.pending) > leave:
             left = 3600. if end is None else end - time.monotonic()
             if left <= 0: raise TimeoutError(f'ddpsafe: the checkpoint writer process (pid {self.pid}) has not committed step '
                                              f'{", ".join(str(j["step"]) for j in self.pending.values())} within {timeout:g} s')
