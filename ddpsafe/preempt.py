@@ -17,7 +17,7 @@ from .commit import storage_for, as_path
 
 # %% auto #0
 __all__ = ['POLL_SECONDS', 'REMOTE_SWITCH_SECONDS', 'MAX_STEPS_PER_ROUND', 'ROUND_SHARE', 'WORKER_START_SECONDS', 'StopRequests',
-           'fork_deadlock_prone', 'WorkerStartError', 'stuck_workers', 'REQUEUE_EXIT_CODE']
+           'stop_signalled', 'fork_deadlock_prone', 'WorkerStartError', 'stuck_workers', 'REQUEUE_EXIT_CODE']
 
 # %% ../nbs/06_preempt.ipynb #d35fd14c
 from .manifest import REQUEUE_EXIT_CODE   # 75: sysexits' EX_TEMPFAIL, 'try again'; defined with the checkpoint format, which `ddpsafe-status` reads
@@ -49,6 +49,10 @@ _installed = []   # the `StopRequests` whose handlers are in place
 
 @patch
 def _on_signal(self:StopRequests, signum, frame): self.signalled = signum
+
+def stop_signalled() -> bool:
+    "Has a stop signal reached this process through a `StopRequests` installed now (a fit's)? A wait of ddpsafe's that may be long (for the checkpoint writer) shortens then"
+    return any(r.signalled is not None for r in _installed)
 
 @patch
 def install(self:StopRequests):

@@ -22,8 +22,9 @@ from .snapshot import StateBuffers, AsyncWriter, Tier, _pace
 from .sharded import write_in_shards, in_shards_to   # how a checkpoint is written in shards, and whether it is
 from .parts import checkpoint_writers
 from .upload import Uploader
-from .slots import slots_home, read_seal, sealed_slots, persist_slot, unseal, LinkedFile, still_committed
+from .slots import slots_home, read_seal, sealed_slots, persist_slot, unseal, LinkedFile, still_committed, STOP_STALL
 from .slot_copy import SlotPipe, everywhere, skeleton, _marks
+from .preempt import stop_signalled
 from .core import using_side_group
 
 # %% auto #0
@@ -73,6 +74,7 @@ class Saver(Tier):
             if is_main(): self.pipe.start()
         if memory is not None: memory.pipe = self.pipe        # one ring of slots: the memory tier's checkpoint is its newest
         self.submitted, self.waited = None, False   # (step, time) of the last background write handed over; has a save waited this fit?
+        self.stopping = False   # the run stops after its next save (`at_stop`): a writer that writes nothing is waited for `STOP_STALL` s at most
         if sharded and async_save and coordinating(): side_group('write')   # every rank's writer thread talks on it
         self.write = partial(self._write_shards, background=async_save) if sharded else self._commit if async_save else partial(on_main, self._commit_now)
 
@@ -175,16 +177,22 @@ def settle(self:Saver, step:int|None=None): # The step a save is due at; `None`:
     on_main(wait)
 
 @patch
+def at_stop(self:Saver):
+    "The next save is a stop's (a signal, the stop switch): from now on, a writer process that writes nothing is waited for `STOP_STALL` seconds, then ended, and the trainer writes what it held (also while a stop signal has reached this process, before it is agreed)"
+    self.stopping = True
+
+@patch
 def _settle_pipe(self:Saver, step:int|None=None):
     "`settle` of saves handed to the writer process: its reply awaited, its error raised and its death said on every rank"
     due, leave = time.monotonic(), 0 if step is None else self.pipe.depth - 1   # a save: a slot free for it; the fit's end: every write done
     def wait():
         jobs = self.pipe.jobs
         busy = len(jobs) > leave and jobs[-1]['step'] != step   # the save of the step in flight (the fit's end): its wait is the end's, not said
-        self.pipe.poll(None, leave=leave)
+        self.pipe.poll(None, leave=leave, stall=lambda: STOP_STALL if self.stopping or stop_signalled() else None)   # a stop on its way: a few seconds at most
         if (err := self.pipe.take_error()) is not None: raise err
-        if busy and step is not None and not self.waited: self.waited = True; print(self.wait_note(step, due, time.monotonic() - due))
-    everywhere(self.pipe, wait)
+        ended = self.pipe.writer is None       # the writer died or stalled meanwhile: said as such (`SlotPipe._gone`), not as a slow write
+        if busy and step is not None and not self.waited and not ended: self.waited = True; print(self.wait_note(step, due, time.monotonic() - due))
+    everywhere(self.pipe, wait, what="rank 0's checkpoint writer process to commit the save before this one")
 
 @patch
 def wait_note(self:Saver, step:int, # The step whose save waited

@@ -11,10 +11,11 @@ from pathlib import Path
 import torch
 from fastcore.basics import patch
 from .io import _safetensors_header
-from .core import on_main
+from .core import on_main, is_main
+from .watch import waiting_for
 from .commit import temporaries, storage_for
 from .slots import make_slot, seal, unseal, read_seal, aligned, slots_home, SLOT_DATA, WriterStalled
-from .slots import SlotWriter, WriterGone, persist_slot, wait_previous_writer, _ended
+from .slots import SlotWriter, WriterGone, persist_slot, wait_previous_writer, _ended, STOP_STALL
 
 # %% auto #0
 __all__ = []
@@ -265,13 +266,18 @@ def hand(self:SlotPipe, slot:Path, root, step:int, keep:int, comp:str|None, fit_
 
 @patch
 def poll(self:SlotPipe, timeout:float|None=0, # Seconds; `None`: wait for the writes in flight, until `leave` are left
-         leave:int=0):                           # With `timeout=None`: return once this many writes at most are in flight
+         leave:int=0,                            # With `timeout=None`: return once this many writes at most are in flight
+         stall=None):                            # With `timeout=None`: end the writer once it writes nothing this many seconds (a stop's `STOP_STALL`), or a function that says them; `None`: its own limit
     "Take the writer's replies within `timeout` seconds: `done` after a commit, a failure kept for `take`"
     if self.writer is None: return
     if not self.jobs:
         if self.writer.proc.poll() is not None: self._gone(None)   # died idle: said, synchronous from now
         return
-    try: replies = self.writer.poll(timeout) if timeout is not None else self.writer.wait(leave=leave)
+    what = f'its checkpoint writer process (pid {self.writer.pid}) to commit step {", ".join(str(j["step"]) for j in self.jobs)}'
+    try:
+        if timeout is not None: replies = self.writer.poll(timeout)
+        else:
+            with waiting_for(what): replies = self.writer.wait(leave=leave, stall=stall)   # the heartbeat names it: a wait for this rank's writer
     except WriterGone as e: return self._gone(e)
     for r in replies:
         job = next(j for j in self.jobs if j['id'] == r['id']); self.jobs.remove(job)
@@ -290,7 +296,7 @@ def _gone(self:SlotPipe, e):
         with contextlib.suppress(Exception): rc = w.proc.wait(5)
     for f in (w.proc.stdin, w.proc.stdout):
         with contextlib.suppress(Exception): f.close()
-    how = (f'wrote nothing for {w.stall:g} s (stopped, or its disk does not answer) and was ended' if isinstance(e, WriterStalled)
+    how = (f'wrote nothing for {e.limit or w.stall:g} s (stopped, or its disk does not answer) and was ended' + (' at the stop, which waits for it no longer' if (e.limit or w.stall) < w.stall else '') if isinstance(e, WriterStalled)
            else _ended(rc) if rc is not None else f'stopped answering ({e})')
     lost = f' while it wrote step {job["step"]}' if job else ''
     steps = ' and '.join(f'step {j["step"]}, still sealed in {j["slot"]},' for j in jobs)
@@ -330,13 +336,13 @@ def close(self:SlotPipe, timeout:float|None=None):
                 if self.writer is not None: self.writer.close(timeout); self.writer = None
     finally: self.ring.close()
 
-def everywhere(pipe:SlotPipe|None, f, *args):
+def everywhere(pipe:SlotPipe|None, f, *args, what:str|None=None): # what the other ranks wait for meanwhile, in words (the heartbeat says it)
     "Rank 0 runs `f(*args)`: its result, or its error, on every rank, and every rank warns what `pipe` said meanwhile (its writer's death)"
     def run():
         try: res, err = f(*args), None
         except Exception as e: res, err = None, e
         return res, err, pipe.take_notes() if pipe is not None else []
-    res, err, notes = on_main(run)
+    with waiting_for(what) if what and not is_main() else contextlib.nullcontext(): res, err, notes = on_main(run)
     for n in notes: warnings.warn(n)
     if err is not None: raise err
     return res

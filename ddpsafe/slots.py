@@ -258,6 +258,9 @@ class WriterGone(OSError):
 
 class WriterStalled(WriterGone):
     "The writer process, alive, wrote nothing for too long with a job in hand"
+    limit = None   # the seconds it was allowed
+
+STOP_STALL = 3.   # Seconds a stop's checkpoint (a preemption's) waits for a writer that writes nothing; then the trainer writes it: a grace period is short
 
 def writer_stall(seconds:float|None=None # Seconds; `None` for the default
                 ) -> float:
@@ -297,12 +300,14 @@ class SlotWriter:
         steps = ', '.join(str(j['step']) for j in self.pending.values())
         raise WriterGone(errno.EPIPE, f'ddpsafe: the checkpoint writer process (pid {self.proc.pid}) {_ended(self.proc.returncode)} before it committed '
                          f'step {steps}: not committed, earlier checkpoints are unchanged; the slot is still sealed in memory')
-    def _stalled(self):
-        "Raise `WriterStalled` if the process, alive, has written nothing for `stall` seconds with jobs in hand"
-        if not self.pending or (quiet := time.monotonic() - self.moved) < self.stall: return
+    def _stalled(self, limit:float|None=None): # Seconds; `None`: `stall`
+        "Raise `WriterStalled` if the process, alive, has written nothing for `limit` seconds with jobs in hand"
+        limit = self.stall if limit is None else min(limit, self.stall)
+        if not self.pending or (quiet := time.monotonic() - self.moved) < limit: return
         steps = ', '.join(str(j['step']) for j in self.pending.values())
-        raise WriterStalled(errno.ETIMEDOUT, f'ddpsafe: the checkpoint writer process (pid {self.proc.pid}) wrote nothing for {quiet:.0f} s with step {steps} in hand '
-                            f'(stopped, or its disk does not answer; DDPSAFE_WRITER_STALL={self.stall:g} s)')
+        e = WriterStalled(errno.ETIMEDOUT, f'ddpsafe: the checkpoint writer process (pid {self.proc.pid}) wrote nothing for {quiet:.0f} s with step {steps} in hand '
+                          f'(stopped, or its disk does not answer; ' + (f'DDPSAFE_WRITER_STALL={self.stall:g} s)' if limit == self.stall else f'a stop waits {limit:g} s at most)'))
+        e.limit = limit; raise e
     def submit(self, slot:Path, root, step:int, keep:int=3, comp:str|None=None, fit_ends:bool=True, also=()) -> int:
         "Hand sealed `slot` (checkpoint `step`) to the writer; the job's id"
         if self.proc is None: self.start()
@@ -332,7 +337,8 @@ class SlotWriter:
             if out: break
         return out
     def wait(self, timeout:float|None=None, # Seconds at most; `None`: no limit but the stall's
-             leave:int=0                   # Return once at most this many jobs are pending: 0, every job's reply
+             leave:int=0,                  # Return once at most this many jobs are pending: 0, every job's reply
+             stall=None                    # Seconds it may write nothing meanwhile, or a function that says them at each look; `None`: `self.stall`
             ) -> list:
         "The pending jobs' replies, until `leave` are left; `TimeoutError` past `timeout` seconds, `WriterGone` if the process ends first"
         out, end = [], None if timeout is None else time.monotonic() + timeout
@@ -340,8 +346,9 @@ class SlotWriter:
             left = 3600. if end is None else end - time.monotonic()
             if left <= 0: raise TimeoutError(f'ddpsafe: the checkpoint writer process (pid {self.pid}) has not committed step '
                                              f'{", ".join(str(j["step"]) for j in self.pending.values())} within {timeout:g} s')
-            out += self.poll(min(left, 1.))
-            self._gone(); self._stalled()
+            limit = stall() if callable(stall) else stall   # a stop may come meanwhile: asked again at each look
+            out += self.poll(min(left, 1. if limit is None else limit/4))
+            self._gone(); self._stalled(limit)
         return out
     def close(self, timeout:float|None=None) -> list:
         "Let the writer finish its jobs and exit; their replies"

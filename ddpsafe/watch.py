@@ -107,6 +107,19 @@ def watching_progress():
 
 _COLLECTIVE_MODULES = ('torch.distributed', 'torch.nn.parallel')
 _COLLECTIVE_CALLS = {'broadcast_bytes', 'any_rank', 'all_ranks', 'barrier', 'poll', 'last_round', '_wait_for_main'}   # ddpsafe's own
+_LOCAL_MODULES = ('ddpsafe.slots', 'ddpsafe.slot_copy')   # their `poll` waits for this rank's checkpoint writer process, not for ranks
+_awaiting = dict(what=None)   # what the main thread waits for besides the ranks, in words (`waiting_for`)
+
+@contextmanager
+def waiting_for(what:str): # What the block waits for, in words: 'its checkpoint writer process (pid 123) to commit step 8'
+    "Inside the block, the heartbeat's report says what this rank waits for: its own wait, or the collective it waits in on another rank's behalf"
+    old, _awaiting['what'] = _awaiting['what'], what
+    try: yield
+    finally: _awaiting['what'] = old
+
+def _collective(f, n:str) -> bool:
+    "Is frame `f` (its function named `n`) one of ddpsafe's collectives?"
+    return _ours(f) and n in _COLLECTIVE_CALLS and _module(f) not in _LOCAL_MODULES
 
 def _awaited_worker(it) -> str:
     "' (worker pid P has not answered)' for the worker whose batch iterator `it` waits for"
@@ -130,8 +143,9 @@ def where_waiting(frame) -> tuple:   # A thread's innermost frame
     fs, names = [], _method_names()   # a frame of ddpsafe's `all_batches` (`learner_all_batches`) is one of fastai's loop
     while frame is not None: fs.append((frame, frame.f_code.co_filename.replace('\\', '/'), names.get(frame.f_code, frame.f_code.co_name))); frame = frame.f_back
     step = next((f', at step {s}' for f,_,n in fs if n in ('one_batch', 'all_batches') and isinstance(s := getattr(f.f_locals.get('self'), 'train_iter', None), int)), '')
-    if any(_module(f).startswith(_COLLECTIVE_MODULES) or (_ours(f) and n in _COLLECTIVE_CALLS) or (_module(f).startswith('torch.autograd') and n == 'backward')
+    if any(_module(f).startswith(_COLLECTIVE_MODULES) or _collective(f, n) or (_module(f).startswith('torch.autograd') and n == 'backward')
            for f,_,n in fs): return f'in a collective{step}', False
+    if _awaiting['what']: return f'for {_awaiting["what"]}{step}', True
     for f,fn,n in fs:
         if _module(f) == 'torch.utils.data.dataloader' and n == '_next_data': return f'for its DataLoader{_awaited_worker(f.f_locals.get("self"))}{step}', True
     if any(_ours(f) and n == 'save' for f,_,n in fs): return f'in a checkpoint save{step}', True
@@ -222,7 +236,7 @@ def _waits_for_ranks(f, outer:list) -> bool:
     if mod == 'torch.distributed.distributed_c10d': return not name.startswith('_')
     if mod == 'torch.distributed.utils': return name.startswith(('_verify', '_sync'))   # DDP's constructor checks and broadcasts the parameters
     if mod.startswith('torch.autograd'): return name == 'backward' and _trains_ddp(outer)   # DDP's gradient all-reduce
-    return _ours(f) and name in _COLLECTIVE_CALLS
+    return _collective(f, name)
 
 def _group_seqs() -> tuple:
     "The sequence numbers of the user's group and ddpsafe's side groups: each collective moves one"
@@ -252,6 +266,7 @@ def waiting_in(frame,                 # A thread's innermost frame
     site = f'{os.path.basename(fs[j+1].f_code.co_filename)}:{fs[j+1].f_lineno}' if j+1 < len(fs) else 'unknown'
     w = dict(call=call, collective=collective, site=site, ours=bool(own), answerable=fs[i].f_code.co_name == '_wait_for_main', secs=0.)
     if w['answerable']: w['awaits'] = fs[i].f_locals.get('what')   # what the store wait is for, in words
+    elif _awaiting['what']: w['awaits'] = _awaiting['what']        # what the collective waits for, on another rank's behalf
     if now is not None:
         sig = (call, collective, site, id(fs[i].f_code), fs[i].f_lasti, _progress['batches'], _group_seqs())
         if sig != _still['sig']: _still.update(sig=sig, since=now)
@@ -270,7 +285,8 @@ def _place(r:int, d:dict) -> str:
     "Where rank `r` waits, in words, from its report `d`"
     if d.get('ended'): return f'rank {r} has ended its script'
     w = d['wait']
-    at = ' for ' + (w.get('awaits') or "rank 0's answer") if w['answerable'] else f" at {w['collective']}" if w['collective'] != w['call'] else ''
+    if w['answerable']: at = ' for ' + (w.get('awaits') or "rank 0's answer")
+    else: at = (f" at {w['collective']}" if w['collective'] != w['call'] else '') + (f" for {w['awaits']}" if w.get('awaits') else '')
     return f"rank {r} waits in {w['call']}{at} ({w['site']})"
 
 def ranks_apart(reports:dict,   # rank -> what it does (`_doing`'s report), one for every rank, this rank's among them

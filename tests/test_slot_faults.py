@@ -14,10 +14,10 @@ import os, re, json, time, signal, subprocess, sys, textwrap
 from pathlib import Path
 import pytest
 from ddpsafe.testing import wait_until, WaitTimeout
-from ddpsafe.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint, checkpoint_name
+from ddpsafe.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint, checkpoint_name, read_manifest
 from ddpsafe.commit import temporaries
 from ddpsafe.slots import sealed_slots, previous_writer, WRITER
-from conftest import final_weights, same_weights, Launch, report, torchrun_cmd, needs_torchrun, ROOT
+from conftest import final_weights, same_weights, Launch, report, torchrun_cmd, needs_torchrun, status, ROOT
 
 SCRIPT = ROOT/'tests'/'scripts'/'launcher_train.py'
 N_EPOCH, DISK_EVERY = 4, 4
@@ -49,6 +49,18 @@ def writer_pid(folder:Path, l:Launch, timeout:float=60) -> int:
 
 def disk_saves(l:Launch) -> list: return [int(s) for s, why in l.saves(0) if why == 'steps']
 
+def stop_with_a_save_in_hand(l:Launch, run:Path, pid:int) -> int:
+    "SIGSTOP to writer `pid` just after a disk save was handed to it, and before it landed; that save's step"
+    seen = 0
+    while True:
+        try: wait_until(lambda: len(disk_saves(l)) > seen or l.proc.poll() is not None, 120, f'a disk save after the {seen} seen', rank=0, every=0.002)
+        except WaitTimeout as e: l.kill(); pytest.fail(f'{l.name}: {e}\n{l.output()[-4000:]}')
+        if l.proc.poll() is not None: pytest.fail(f'{l.name}: the launcher ended (exit {l.proc.poll()}) before the writer could be caught with a save in hand\n{l.output()[-4000:]}')
+        os.kill(pid, signal.SIGSTOP)
+        seen, step = len(disk_saves(l)), disk_saves(l)[-1]
+        if not (run/'checkpoints'/checkpoint_name(step)).exists(): return step
+        os.kill(pid, signal.SIGCONT)                     # committed already: the next one
+
 HOW = {'killed': r'was killed by SIGKILL \(out of memory, or killed by hand\)',
        'stopped': r'wrote nothing for 3 s \(stopped, or its disk does not answer\) and was ended'}
 
@@ -63,15 +75,7 @@ def test_writer_killed_mid_write(tools, tmp_root, fault):
     l = Launch(torchrun_cmd(*C10D) + train_args(run, '--async-save', '--memory-every-steps', '1', '--memory-path', str(mem)), run, tools, f'writer-{fault}',
                DDPSAFE_WRITER_STALL=3, **C10D_ENV)
     pid = writer_pid(mem/'rank-0', l)
-    held, seen = None, 0
-    while held is None:                                  # stopped just after a disk save was handed over, and before it landed: killed
-        try: wait_until(lambda: len(disk_saves(l)) > seen or l.proc.poll() is not None, 120, f'a disk save after the {seen} seen', rank=0, every=0.002)
-        except WaitTimeout as e: l.kill(); pytest.fail(f'{l.name}: {e}\n{l.output()[-4000:]}')
-        if l.proc.poll() is not None: pytest.fail(f'{l.name}: the launcher ended (exit {l.proc.poll()}) before the writer could be caught with a save in hand\n{l.output()[-4000:]}')
-        os.kill(pid, signal.SIGSTOP)
-        seen, step = len(disk_saves(l)), disk_saves(l)[-1]
-        if (run/'checkpoints'/checkpoint_name(step)).exists(): os.kill(pid, signal.SIGCONT)   # committed already: the next one
-        else: held = step
+    held = stop_with_a_save_in_hand(l, run, pid)
     if fault == 'killed': os.kill(pid, signal.SIGKILL)
     code = l.wait(240)
     out = l.output()
@@ -118,6 +122,45 @@ def test_trainer_killed_after_seal(tools, tmp_root):
     assert said == [str(m)], f'the relaunch did not resume from the sealed step {m}: {said}\n{out[-5000:]}'
     assert f'resumed from {run/"checkpoints"/f"step-{m:08d}"} ' in out, out[-5000:]
     assert all(same_weights(a, b) for a, b in zip(final_weights(run), base)), 'resumed from the sealed slot, the run ended unlike the uninterrupted run'
+
+@needs_torchrun
+@pytest.mark.timeout(480)
+def test_preempted_behind_a_stalled_writer(tools, tmp_root):
+    """The writer process SIGSTOPped with a disk save in hand, then SIGTERM to torchrun 2 s later (a preemption; the
+    default DDPSAFE_WRITER_STALL of 300 s): the stop waits for the writer `STOP_STALL` (3 s) at most, the trainer writes the
+    held step and the stop's checkpoint, every rank exits 75, the wait is named as one for the writer on both ranks (never
+    as ranks waiting apart), and the relaunch resumes from the stop's checkpoint and ends as the uninterrupted run"""
+    base = baseline(tools, tmp_root)
+    run = tmp_root/'preempted-stalled'; mem = run/'mem'
+    args = train_args(run, '--async-save', '--memory-every-steps', '1', '--memory-path', str(mem))
+    l = Launch(torchrun_cmd(*C10D) + args, run, tools, 'stalled', **C10D_ENV)   # DDPSAFE_WRITER_STALL unset: 300 s
+    pid = writer_pid(mem/'rank-0', l)
+    held = stop_with_a_save_in_hand(l, run, pid)
+    time.sleep(2)                                        # the next disk save waits for the stopped writer meanwhile
+    t0 = time.monotonic(); os.kill(l.proc.pid, signal.SIGTERM)
+    code, took = l.wait(120), time.monotonic() - t0
+    out, results = l.output(), l.results()
+    named = re.findall(rf'ddpsafe: the checkpoint writer process \(pid {pid}\) wrote nothing for 3 s \(stopped, or its disk does not answer\) '
+                       rf'and was ended at the stop, which waits for it no longer while it wrote step {held}; nothing already committed is lost, '
+                       rf'and step {held}, still sealed in \S+, is committed by the trainer now', out)
+    stop = [int(s) for s, why in l.saves(0) if why == 'signal']
+    ck = newest_complete(run/'checkpoints')
+    report(launch='torchrun, writer stopped with a save in hand, then SIGTERM', writer=pid, held=held, stop=stop, named=len(named), exit=code,
+           rank_codes=[r and r['code'] for r in results], seconds_after_sigterm=round(took, 1), newest=ck and ck.name)
+    assert [r and r['code'] for r in results] == [75, 75], f'the ranks did not both exit 75 after the SIGTERM: {results}\n{out[-5000:]}'
+    assert 'the ranks wait in different places' not in out, out[-5000:]
+    assert len(named) == 2, f'the stalled writer was not named once on each of the 2 ranks: {len(named)}\n{out[-5000:]}'
+    assert stop and ck is not None and checkpoint_step(ck) == stop[-1] and read_manifest(ck).get('reason') == 'signal', (stop, ck and read_manifest(ck))
+    assert all(check_checkpoint(p) == [] for p in checkpoints(run/'checkpoints'))
+    assert status(tools, run/'checkpoints') == 75, 'ddpsafe-status does not say preempted'
+    try: wait_until(lambda: previous_writer(mem/'rank-0') is None, 30, 'the stopped writer to be ended', rank=0)
+    except WaitTimeout as e: os.kill(pid, signal.SIGKILL); pytest.fail(str(e))
+    l2 = Launch(torchrun_cmd(*C10D) + args, run, tools, 'relaunched', **C10D_ENV)
+    code = l2.wait(240)
+    out2 = l2.output()
+    assert code == 0, f'the relaunch exited {code}\n{out2[-5000:]}'
+    assert f'resumed from {ck} ' in out2, out2[-5000:]
+    assert all(same_weights(a, b) for a, b in zip(final_weights(run), base)), 'preempted behind a stalled writer, the run ended unlike the uninterrupted run'
 
 RSS_FIT = textwrap.dedent('''
     import sys, os, json, time, threading
