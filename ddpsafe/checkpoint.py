@@ -204,7 +204,7 @@ def after_batch(self:CheckpointCallback):
     self.pending_grads = not self.stepped
     if not self.stepped: return          # inside an accumulation window: wait for its optimizer step
     self.progress.fit_steps += 1
-    if self.progress.fit_steps == 1: self.saver.reserve((self.learn.model.state_dict(), self.learn.opt.state_dict()))   # the copies' buffers, ahead
+    if not self.saver.reserved: self.saver.reserve((self.learn.model.state_dict(), self.learn.opt.state_dict()))   # the copies' buffers, ahead
     asked = self.stops.take()
     if reason := self.save_reason(asked, self.progress.fit_steps):
         self.save(reason, stop=asked['stop'])
@@ -250,7 +250,6 @@ def save(self:CheckpointCallback,
     if (pos['global_step'], pos['epoch_done']) == self.progress.saved and not again and not (stop and not self.progress.saved_stop): return False   # a late stop saves its step again: the manifest must say it
     began = time.monotonic()   # what training waits for, from here: `every_seconds='auto'` weighs it
     tier = to or self.saver
-    if stop and tier is self.saver: self.saver.at_stop()   # a preemption's grace is short: a stalled writer is not waited for
     if not tier.ready(pos['global_step']): return False   # the disk waits for its write in flight (said); the memory tier skips, nothing collected
     meta = self.parts.meta(reason=reason, stop=stop, finished=finished) | dict(monitor=self.monitor, comp=_name(self.comp),   # where, why, the run's facts;
                 metric=recorded(self.learn, self.monitor) if pos['epoch_done'] else None)   # then what picks the best checkpoint

@@ -17,7 +17,7 @@ from .commit import storage_for, as_path
 
 # %% auto #0
 __all__ = ['POLL_SECONDS', 'REMOTE_SWITCH_SECONDS', 'MAX_STEPS_PER_ROUND', 'ROUND_SHARE', 'WORKER_START_SECONDS', 'StopRequests',
-           'stop_signalled', 'fork_deadlock_prone', 'WorkerStartError', 'stuck_workers', 'REQUEUE_EXIT_CODE']
+           'stop_coming', 'fork_deadlock_prone', 'WorkerStartError', 'stuck_workers', 'REQUEUE_EXIT_CODE']
 
 # %% ../nbs/06_preempt.ipynb #d35fd14c
 from .manifest import REQUEUE_EXIT_CODE   # 75: sysexits' EX_TEMPFAIL, 'try again'; defined with the checkpoint format, which `ddpsafe-status` reads
@@ -50,9 +50,9 @@ _installed = []   # the `StopRequests` whose handlers are in place
 @patch
 def _on_signal(self:StopRequests, signum, frame): self.signalled = signum
 
-def stop_signalled() -> bool:
-    "Has a stop signal reached this process through a `StopRequests` installed now (a fit's)? A wait of ddpsafe's that may be long (for the checkpoint writer) shortens then"
-    return any(r.signalled is not None for r in _installed)
+def stop_coming() -> bool:
+    "Is a stop on its way: a stop signal here, or a stop agreed (`take`), through a `StopRequests` installed now (a fit's)? A wait of ddpsafe's that may be long (for the checkpoint writer) shortens then"
+    return any(r.signalled is not None or getattr(r, 'stopping', False) for r in _installed)
 
 @patch
 def install(self:StopRequests):
@@ -163,6 +163,7 @@ def gather(self:StopRequests, timer:bool=False # This rank's clock says a timed 
 def take(self:StopRequests) -> dict:
     "At an optimizer step: the requests agreed since the last one, kept by `gather`; none kept after"
     asked, self.asked = self.asked, dict(_NOTHING)
+    self.stopping = getattr(self, 'stopping', False) or asked['stop']   # `stop_coming`: the stop's save waits for no stalled writer
     return asked
 
 # %% ../nbs/06_preempt.ipynb #701537c6

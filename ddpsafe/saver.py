@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/saver.html.md"""
 
 # %% ../nbs/07f_saver.ipynb #7f000002
 from __future__ import annotations
-import os, time, shutil, operator, warnings, contextlib
+import os, time, shutil, operator, tempfile, warnings, contextlib
 import xxhash
 import numpy as np
 from functools import partial
@@ -22,13 +22,13 @@ from .snapshot import StateBuffers, AsyncWriter, Tier, _pace
 from .sharded import write_in_shards, in_shards_to   # how a checkpoint is written in shards, and whether it is
 from .parts import checkpoint_writers
 from .upload import Uploader
-from .slots import slots_home, read_seal, sealed_slots, persist_slot, unseal, LinkedFile, still_committed, STOP_STALL
-from .slot_copy import SlotPipe, everywhere, skeleton, _marks
-from .preempt import stop_signalled
+from .slots import slots_home, read_seal, sealed_slots, persist_slot, unseal, LinkedFile, still_committed, STOP_STALL, _size
+from .slot_copy import SlotPipe, SlotRing, everywhere, skeleton, _marks, slot_bytes
+from .preempt import stop_coming
 from .core import using_side_group
 
 # %% auto #0
-__all__ = ['Saver', 'fit_saver']
+__all__ = ['SHM_FIX', 'Saver', 'slots_room', 'fit_saver']
 
 # %% ../nbs/07f_saver.ipynb #7f00000d
 _COMP_NAMES = {np.less: 'less', operator.lt: 'less', np.greater: 'greater', operator.gt: 'greater'}   # the writer process has no numpy
@@ -40,11 +40,16 @@ def _fingerprints(files:dict) -> dict:
 def _pipeable(comp) -> bool: return comp is None or comp in _COMP_NAMES   # another comparison can not cross the pipe: the trainer commits
 
 def _slots_folder(root, # The run's checkpoints folder (the `local` one when there are two tiers)
-                 memory=None # The fit's `MemoryTier`: its folder holds the slots
+                 memory=None, # The fit's `MemoryTier`: its folder holds the slots
+                 home=None    # Where the run's own folder goes; `None`: `slots_home()` (/dev/shm)
                 ) -> Path:
-    "Rank 0's slots folder: in the memory tier's folder, else one of the run's own in /dev/shm; the same at every launch on a node"
+    "Rank 0's slots folder: in the memory tier's folder, else one of the run's own in /dev/shm (or `home`); the same at every launch on a node"
     if memory is not None: return Path(memory.folder)/'rank-0'
-    return slots_home()/f'ddpsafe-slots-{os.getuid()}-{xxhash.xxh3_64_hexdigest(str(root).encode())[:12]}'/'rank-0'
+    return Path(home or slots_home())/f'ddpsafe-slots-{os.getuid()}-{xxhash.xxh3_64_hexdigest(str(root).encode())[:12]}'/'rank-0'
+
+def _slots_fallback(root) -> Path:
+    "Where async saves' slots go when /dev/shm has no room for them: the run's own folder in the temporary folder, on a local disk"
+    return _slots_folder(root, home=tempfile.gettempdir())
 
 class Saver(Tier):
     "The disk's tier: how a fit's checkpoints are written and kept, chosen once as the fit starts"
@@ -74,7 +79,7 @@ class Saver(Tier):
             if is_main(): self.pipe.start()
         if memory is not None: memory.pipe = self.pipe        # one ring of slots: the memory tier's checkpoint is its newest
         self.submitted, self.waited = None, False   # (step, time) of the last background write handed over; has a save waited this fit?
-        self.stopping = False   # the run stops after its next save (`at_stop`): a writer that writes nothing is waited for `STOP_STALL` s at most
+        self.reserved = False   # has this fit's `reserve` run (after its first step, a resumed fit's too)?
         if sharded and async_save and coordinating(): side_group('write')   # every rank's writer thread talks on it
         self.write = partial(self._write_shards, background=async_save) if sharded else self._commit if async_save else partial(on_main, self._commit_now)
 
@@ -159,8 +164,10 @@ class Saver(Tier):
 # %% ../nbs/07f_saver.ipynb #7f000013
 @patch
 def reserve(self:Saver, state): # The model's and the optimizer's state dicts, after the fit's first step
-    "The buffers of an async save (rank 0's, or every rank's shards) and of the memory tier, allocated in the background"
+    "The buffers of an async save (rank 0's, or every rank's shards) and of the memory tier, allocated in the background; the slots where they fit (`place_slots`)"
+    self.reserved = True
     if self.buffers is not None and (is_main() or self.sharded): self.buffers.reserve(state)
+    if self.pipe is not None: self.place_slots(slot_bytes(state))
     if self.pipe is not None and is_main(): self.pipe.reserve(state)   # the slots, shared with the memory tier
     if self.memory is not None: self.memory.reserve(state)
 
@@ -177,18 +184,13 @@ def settle(self:Saver, step:int|None=None): # The step a save is due at; `None`:
     on_main(wait)
 
 @patch
-def at_stop(self:Saver):
-    "The next save is a stop's (a signal, the stop switch): from now on, a writer process that writes nothing is waited for `STOP_STALL` seconds, then ended, and the trainer writes what it held (also while a stop signal has reached this process, before it is agreed)"
-    self.stopping = True
-
-@patch
 def _settle_pipe(self:Saver, step:int|None=None):
     "`settle` of saves handed to the writer process: its reply awaited, its error raised and its death said on every rank"
     due, leave = time.monotonic(), 0 if step is None else self.pipe.depth - 1   # a save: a slot free for it; the fit's end: every write done
     def wait():
         jobs = self.pipe.jobs
         busy = len(jobs) > leave and jobs[-1]['step'] != step   # the save of the step in flight (the fit's end): its wait is the end's, not said
-        self.pipe.poll(None, leave=leave, stall=lambda: STOP_STALL if self.stopping or stop_signalled() else None)   # a stop on its way: a few seconds at most
+        self.pipe.poll(None, leave=leave, stall=lambda: STOP_STALL if stop_coming() else None)   # a stop on its way: a few seconds at most
         if (err := self.pipe.take_error()) is not None: raise err
         ended = self.pipe.writer is None       # the writer died or stalled meanwhile: said as such (`SlotPipe._gone`), not as a slow write
         if busy and step is not None and not self.waited and not ended: self.waited = True; print(self.wait_note(step, due, time.monotonic() - due))
@@ -203,6 +205,71 @@ def wait_note(self:Saver, step:int, # The step whose save waited
     (before, at), took = self.submitted, self.write_seconds
     return (f'ddpsafe: the save of step {step} waited {waited:.2g} s for the background write of step {before}: that write took {took:.2g} s, '
             f'and the saves came {due - at:.2g} s ({step - before} steps) apart; saves {_pace(took, step - before, due - at)} apart would not wait (said once per fit)')
+
+
+# %% ../nbs/07f_saver.ipynb #f435d520
+SHM_FIX = ('give /dev/shm more room: `docker run --shm-size={size}` (or `--ipc=host`, the host\'s), in Kubernetes an `emptyDir` with '
+           '`medium: Memory` and `sizeLimit: {size}i` mounted at /dev/shm')
+
+def _shm_size(nbytes:int) -> str:
+    "A size that holds `nbytes` and a quarter more, as `docker run --shm-size` takes it ('192M', '3G'; Kubernetes: with an `i`)"
+    mb = -(-nbytes*5//4 // 2**20)
+    return f'{-(-mb//1024)}G' if mb > 1024 else f'{-(-mb//64)*64}M'
+
+def slots_room(folder:Path) -> int:
+    "The bytes a ring of slots has in `folder`: what its filesystem has free, and what slots there hold already"
+    p = Path(folder)
+    while not p.exists(): p = p.parent
+    held = sum(f.stat().st_blocks*512 for f in Path(folder).glob('slot-*/data')) if Path(folder).is_dir() else 0
+    return shutil.disk_usage(p).free + held
+
+def _shown(folder:Path, memory=None) -> str:
+    "Where `folder` is, as a user sizes it: /dev/shm, the temporary folder, or the folder `memory_path` names"
+    for p in (Path('/dev/shm'), Path(tempfile.gettempdir())):
+        if Path(folder).is_relative_to(p): return str(p)
+    return str(memory.folder if memory is not None else folder)
+
+@patch
+def place_slots(self:Saver, n:int): # The bytes of one slot of the state (`slot_bytes`)
+    "Every rank, as the first step is done: the ring where it fits (`_place_slots`, rank 0); a memory tier without room declined, saves without any room synchronous"
+    memory_why, sync = everywhere(self.pipe, self._place_slots, n)
+    if memory_why is not None: self.memory.close(); self.memory = None
+    if self.memory is None and not self.piped: self.pipe = None           # the slots were the memory tier's alone
+    if sync: self.piped, self.write = False, partial(on_main, self._commit_now)
+
+@patch
+def _place_slots(self:Saver, n:int) -> tuple:
+    "Rank 0: (why the memory tier has no room, or `None`; are the async saves synchronous now?), after one line where the slots are not where they were"
+    ring, mem = self.pipe.ring, self.memory
+    full = ring.count
+    if (room := slots_room(ring.folder)) >= n*full:
+        if mem is None and room < n*(full + 1) and _shown(ring.folder) == '/dev/shm':   # they fit, and nothing more would: said, for what does not
+            print(f'ddpsafe: the async saves\' slot{"s"[:full>1]} ({_size(n*full)}) {"are" if full > 1 else "is"} in {ring.folder}, with {_size(room)} free in /dev/shm: '
+                  f'no room for another (`async_slots={full + 1}`) nor for the memory tier. For them, {SHM_FIX.format(size=_shm_size(n*(full + 2)))}')
+        return None, False
+    lacks = f'ddpsafe: {_shown(ring.folder, mem)} has {_size(room)} free, and {"the memory tier needs" if mem is not None else "async saves need"} {_size(n*full)} ({full} slot{"s"[:full>1]} the size of the state)'
+    fix = SHM_FIX.format(size=_shm_size(n*full + (1 << 20)))
+    named = ', or name a folder of this node with `memory_path`' if mem is not None else ''
+    if mem is not None:
+        if not self.piped:
+            self.pipe.close(); _discard_slots(ring.folder)
+            print(f'{lacks}: no memory tier this fit. For one, {fix}{named}')
+            return 'no room', False
+        self.pipe.ring = ring = SlotRing(ring.folder, self.async_slots, keep_newest=False)   # the async saves' own slots, where the tier's were
+        if room >= n*ring.count:
+            print(f'{lacks}: no memory tier this fit; the async saves keep their slot{"s"[:ring.count>1]} there. For the memory tier, {fix}{named}')
+            return 'no room', False
+    tier = 'no memory tier this fit; ' if mem is not None else ''
+    home = _slots_fallback(self.root)
+    if (there := slots_room(home)) >= n*ring.count:
+        for s in ring.folder.glob('slot-*'): shutil.rmtree(s, ignore_errors=True)   # an earlier launch's, unsealed: RAM held for nothing
+        self.pipe.home, self.pipe.ring = ring.folder, SlotRing(home, ring.count, keep_newest=False)   # `home`: where the writer's record stays
+        print(f'{lacks}: {tier}the async saves\' slot{"s"[:ring.count>1]} {"are" if ring.count > 1 else "is"} in {home} instead, on a local disk (the training process copies '
+              f'into its page cache, the writer process reads it there). For RAM, {fix}')
+        return ('no room' if mem is not None else None), False
+    self.pipe.close()
+    print(f'{lacks}: {tier}{home} has no room for one either ({_size(there)} free there): the async saves are written by the training process, synchronously. {fix[0].upper()}{fix[1:]}')
+    return ('no room' if mem is not None else None), True
 
 
 # %% ../nbs/07f_saver.ipynb #7f00001c
@@ -234,7 +301,8 @@ def close(self:Saver):
         except Exception as e: self.pipe.error = self.pipe.error or e
         for note in self.pipe.take_notes(): warnings.warn(note)
         if (err := self.pipe.take_error()) is not None: warnings.warn(f'ddpsafe: the background checkpoint write failed too: {err}')
-        if self.memory is None and _only_on_disk(self.pipe.folder, self.root): _discard_slots(self.pipe.folder)   # RAM held for nothing
+        if self.memory is None and _only_on_disk(self.pipe.folder, self.root):
+            for f in filter(None, (self.pipe.folder, self.pipe.home)): _discard_slots(f)   # RAM held for nothing
     if self.uploader is not None: self.uploader.close()  # after an error: the upload in flight ends in the background
     for c in (self.claim, self.far_claim):
         if c is not None: c.release()                    # rank 0's; the other ranks hold inactive copies
@@ -269,13 +337,14 @@ def end(self:Saver, upload_wait:float|None=None, # At most this many seconds for
     self.settle()
     self.finish(upload_wait)
     if saved and self.memory is not None and self.memory.settle() is not None: on_main(self.memory.clear)   # its checkpoints are older
-    elif saved and self.memory is None and self.pipe is not None: on_main(_discard_slots, self.pipe.folder)   # the async saves' slots: all on disk now
+    elif saved and self.memory is None and self.pipe is not None:   # the async saves' slots: all on disk now
+        on_main(lambda: [_discard_slots(f) for f in filter(None, (self.pipe.folder, self.pipe.home))])
 
 @patch
 def recover(self:Saver) -> int|None:
     "Rank 0, as a fit starts: the newest slot an earlier launch sealed, committed to disk if it is newer than any checkpoint there; then every slot emptied. Its step, if committed"
     found, damaged, done, ring = [], [], None, self.pipe.ring
-    slots = sorted({*ring.slots, *(p for p in ring.folder.glob('slot-*') if p.is_dir())})   # an earlier launch's ring may have had more
+    slots = sorted({*ring.slots, *(p for f in (ring.folder, _slots_fallback(self.root)) for p in f.glob('slot-*') if p.is_dir())})   # an earlier launch's ring may have had more, or been on disk
     for s in slots:
         try: r = read_seal(s)
         except (ValueError, KeyError) as e: damaged.append((s.name, f'its seal is unreadable: {e}')); continue

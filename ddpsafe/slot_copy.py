@@ -90,7 +90,7 @@ class SlotRing:
                  keep_newest:bool=True):      # Must the newest sealed slot stay whole until a newer one is sealed (the memory tier's checkpoint)? `False`: async saves alone, whose slot is on disk once written
         if count < 1 + keep_newest: raise ValueError(f'count={count}: a ring of slots that keeps its newest needs 2 or more, one sealed and one to fill')
         self.folder, self.count, self.keep_newest = Path(folder or slots_home()/f'ddpsafe-slots-{os.getpid()}'), count, keep_newest
-        self.maps, self.handed, self.reserving, self.marks = {}, set(), None, {}
+        self.maps, self.handed, self.reserving, self.marks, self.reserve_error = {}, set(), None, {}, None
     @property
     def slots(self) -> list: return [self.folder/f'slot-{i}' for i in range(self.count)]
     def newest(self) -> Path|None:
@@ -191,8 +191,10 @@ def reserve(self:SlotRing, files:dict):
     "Make every slot the size `files` needs, on a thread of its own: the first `fill` finds them"
     nbytes = plan_slot(files)[2]
     def make():
-        for s in self.slots:
-            if s not in self.handed and read_seal(s) is None: make_slot(s, max(nbytes, 1))
+        try:
+            for s in self.slots:
+                if s not in self.handed and read_seal(s) is None: make_slot(s, max(nbytes, 1))
+        except OSError as e: self.reserve_error = e   # never a traceback from this thread: the fill that needs the slot meets it
     self.reserving = threading.Thread(target=make, name='ddpsafe-slots', daemon=True); self.reserving.start()
 
 @patch
@@ -217,6 +219,7 @@ class SlotPipe:
         self.ring, self.background, self.depth = SlotRing(folder, count, keep_newest), background, depth
         self.writer = self.seconds = self.error = None
         self.jobs = []     # the writes handed to the writer, oldest first
+        self.home = None   # the folder the ring left for one with room (`Saver.place_slots`): the writer's record stays there
         self.notes = []    # what rank 0 says on every rank at the next look: the writer's death
     def __repr__(self): return f'SlotPipe({self.folder}, writer {self.writer and self.writer.pid})'
     @property
@@ -231,14 +234,20 @@ class SlotPipe:
         if self.background: self.writer = SlotWriter().start(self.folder)
         return self
 
+def slot_bytes(state) -> int:
+    "The bytes of a slot made for `state` (the model's and the optimizer's state dicts): its own, and room to grow (1/64 and 1 MB)"
+    n = plan_slot({'state.pt': state})[2]
+    return n + n//64 + SMALL
+
 @patch
 def reserve(self:SlotPipe, state):
     "Make the ring's slots the size `state` needs (and a little more), mapped and their pages touched, on a thread of its own: the first fills fault nothing in"
-    n = plan_slot({'state.pt': state})[2]; n += n//64 + SMALL
-    ring = self.ring
+    n, ring = slot_bytes(state), self.ring
     def make():
-        for s in ring.slots:
-            if s not in ring.handed and read_seal(s) is None: ring._mapped(s, n, False)[::4096].zero_()   # unsealed: nothing there to keep
+        try:
+            for s in ring.slots:
+                if s not in ring.handed and read_seal(s) is None: ring._mapped(s, n, False)[::4096].zero_()   # unsealed: nothing there to keep
+        except OSError as e: ring.reserve_error = e   # no room: the fill that needs the slot meets it, on the training thread, and says it there
     ring.reserving = threading.Thread(target=make, name='ddpsafe-slots', daemon=True); ring.reserving.start()
 
 @patch
