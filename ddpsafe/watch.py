@@ -107,19 +107,13 @@ def watching_progress():
 
 _COLLECTIVE_MODULES = ('torch.distributed', 'torch.nn.parallel')
 _COLLECTIVE_CALLS = {'broadcast_bytes', 'any_rank', 'all_ranks', 'barrier', 'poll', 'last_round', '_wait_for_main'}   # ddpsafe's own
-_LOCAL_MODULES = ('ddpsafe.slots', 'ddpsafe.slot_copy')   # their `poll` waits for this rank's checkpoint writer process, not for ranks
-_awaiting = dict(what=None)   # what the main thread waits for besides the ranks, in words (`waiting_for`)
-
+_LOCAL_MODULES, _awaiting = ('ddpsafe.slots', 'ddpsafe.slot_copy'), dict(what=None)   # whose `poll` waits for this rank's writer process, not ranks; what the main thread waits for (`waiting_for`)
 @contextmanager
 def waiting_for(what:str): # What the block waits for, in words: 'its checkpoint writer process (pid 123) to commit step 8'
     "Inside the block, the heartbeat's report says what this rank waits for: its own wait, or the collective it waits in on another rank's behalf"
     old, _awaiting['what'] = _awaiting['what'], what
     try: yield
     finally: _awaiting['what'] = old
-
-def _collective(f, n:str) -> bool:
-    "Is frame `f` (its function named `n`) one of ddpsafe's collectives?"
-    return _ours(f) and n in _COLLECTIVE_CALLS and _module(f) not in _LOCAL_MODULES
 
 def _awaited_worker(it) -> str:
     "' (worker pid P has not answered)' for the worker whose batch iterator `it` waits for"
@@ -143,7 +137,7 @@ def where_waiting(frame) -> tuple:   # A thread's innermost frame
     fs, names = [], _method_names()   # a frame of ddpsafe's `all_batches` (`learner_all_batches`) is one of fastai's loop
     while frame is not None: fs.append((frame, frame.f_code.co_filename.replace('\\', '/'), names.get(frame.f_code, frame.f_code.co_name))); frame = frame.f_back
     step = next((f', at step {s}' for f,_,n in fs if n in ('one_batch', 'all_batches') and isinstance(s := getattr(f.f_locals.get('self'), 'train_iter', None), int)), '')
-    if any(_module(f).startswith(_COLLECTIVE_MODULES) or _collective(f, n) or (_module(f).startswith('torch.autograd') and n == 'backward')
+    if any(_module(f).startswith(_COLLECTIVE_MODULES) or (_ours(f) and n in _COLLECTIVE_CALLS and _module(f) not in _LOCAL_MODULES) or (_module(f).startswith('torch.autograd') and n == 'backward')
            for f,_,n in fs): return f'in a collective{step}', False
     if _awaiting['what']: return f'for {_awaiting["what"]}{step}', True
     for f,fn,n in fs:
@@ -236,7 +230,7 @@ def _waits_for_ranks(f, outer:list) -> bool:
     if mod == 'torch.distributed.distributed_c10d': return not name.startswith('_')
     if mod == 'torch.distributed.utils': return name.startswith(('_verify', '_sync'))   # DDP's constructor checks and broadcasts the parameters
     if mod.startswith('torch.autograd'): return name == 'backward' and _trains_ddp(outer)   # DDP's gradient all-reduce
-    return _collective(f, name)
+    return _ours(f) and name in _COLLECTIVE_CALLS and mod not in _LOCAL_MODULES   # not a wait for this rank's writer process
 
 def _group_seqs() -> tuple:
     "The sequence numbers of the user's group and ddpsafe's side groups: each collective moves one"
@@ -265,8 +259,7 @@ def waiting_in(frame,                 # A thread's innermost frame
     call = next((n for k in range(j, i-1, -1) if (n := _call_name(fs[k], names)).rpartition('.')[2] not in _WRAPPERS), collective)
     site = f'{os.path.basename(fs[j+1].f_code.co_filename)}:{fs[j+1].f_lineno}' if j+1 < len(fs) else 'unknown'
     w = dict(call=call, collective=collective, site=site, ours=bool(own), answerable=fs[i].f_code.co_name == '_wait_for_main', secs=0.)
-    if w['answerable']: w['awaits'] = fs[i].f_locals.get('what')   # what the store wait is for, in words
-    elif _awaiting['what']: w['awaits'] = _awaiting['what']        # what the collective waits for, on another rank's behalf
+    if w['answerable'] or _awaiting['what']: w['awaits'] = fs[i].f_locals.get('what') if w['answerable'] else _awaiting['what']   # what the store wait, or the collective, is for
     if now is not None:
         sig = (call, collective, site, id(fs[i].f_code), fs[i].f_lasti, _progress['batches'], _group_seqs())
         if sig != _still['sig']: _still.update(sig=sig, since=now)
@@ -285,8 +278,7 @@ def _place(r:int, d:dict) -> str:
     "Where rank `r` waits, in words, from its report `d`"
     if d.get('ended'): return f'rank {r} has ended its script'
     w = d['wait']
-    if w['answerable']: at = ' for ' + (w.get('awaits') or "rank 0's answer")
-    else: at = (f" at {w['collective']}" if w['collective'] != w['call'] else '') + (f" for {w['awaits']}" if w.get('awaits') else '')
+    at = ' for ' + (w.get('awaits') or "rank 0's answer") if w['answerable'] else (f" at {w['collective']}" if w['collective'] != w['call'] else '') + (f" for {w['awaits']}" if w.get('awaits') else '')
     return f"rank {r} waits in {w['call']}{at} ({w['site']})"
 
 def ranks_apart(reports:dict,   # rank -> what it does (`_doing`'s report), one for every rank, this rank's among them
