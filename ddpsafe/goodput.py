@@ -12,11 +12,10 @@ from fastcore.script import call_parse
 from .interval import LAUNCHES, COUNTERS, counters_of, _span
 
 # %% auto #0
-__all__ = ['RECORDS', 'ENDED', 'BUCKETS', 'COLOURS', 'read_history', 'launch_facts', 'launch_buckets', 'account', 'report_text',
-           'plot_goodput', 'history_folder', 'goodput_report', 'ddpsafe_goodput']
+__all__ = ['BUCKETS', 'read_history', 'account', 'report_text', 'plot_goodput', 'goodput_report', 'ddpsafe_goodput']
 
 # %% ../nbs/09a_goodput.ipynb #aa845ed9
-RECORDS = ('start', 'save', 'end', 'counters')   # the lines of `launches.jsonl` that the report reads
+_RECORDS = ('start', 'save', 'end', 'counters')   # the lines of `launches.jsonl` that the report reads
 
 def read_history(folder:Path|str # A local checkpoints folder
                 ) -> list:
@@ -27,7 +26,7 @@ def read_history(folder:Path|str # A local checkpoints folder
     for line in lines:
         try: r = jsonlib.loads(line)
         except ValueError: continue    # a line a crash tore
-        if isinstance(r, dict) and r.get('ev') in RECORDS and 'launch' in r: recs.append(r)
+        if isinstance(r, dict) and r.get('ev') in _RECORDS and 'launch' in r: recs.append(r)
     try: live = counters_of((folder/COUNTERS).read_bytes())
     except OSError: live = None
     if live is not None: recs.append(dict(ev='counters', live=True, **live))
@@ -71,6 +70,7 @@ def launch_facts(start:dict, # The launch's `start` record
 BUCKETS = {'productive': 'steps kept', 'startup': 'start-up', 'save': 'blocking saves', 'restore': 'restore', 'lost': 'steps lost',
            'eval': 'evaluation', 'between': 'between launches', 'other': 'the rest'}   # the buckets, by their JSON name, and as the report says them
 
+# %% ../nbs/09a_goodput.ipynb #76341dd6
 def _lost_seconds(f:dict, kept:int) -> tuple:
     "The seconds of launch `f`'s steps after step `kept`, and how they were found"
     steps_s = f['last_t'] - f['ready'] - f['save_at_last'] - f['eval_at_last']
@@ -94,7 +94,7 @@ def launch_buckets(f:dict,    # `launch_facts` of one launch
     b['other'] = (f['end'] - f['begin']) + gap - sum(b.values())    # what no record measured: the whole closes
     return b, lost_steps
 
-# %% ../nbs/09a_goodput.ipynb #76341dd6
+# %% ../nbs/09a_goodput.ipynb #c1db0036
 def account(recs:list,            # `read_history`'s records
             now:float|None=None   # `time.time()` now: the end of a launch still running; `None`: now
            ) -> dict:
@@ -120,7 +120,7 @@ def account(recs:list,            # `read_history`'s records
     rep['goodput'] = rep['buckets']['productive']/rep['wall_seconds'] if rep['wall_seconds'] > 0 else None
     return rep
 
-# %% ../nbs/09a_goodput.ipynb #9672c72a
+# %% ../nbs/09a_goodput.ipynb #9c256fb9
 def _pct(s:float, wall:float) -> str: return f'{100*s/wall:5.1f}%' if wall > 0 else '  -  '
 
 def report_text(rep:dict,    # What `account` returned
@@ -142,8 +142,8 @@ def report_text(rep:dict,    # What `account` returned
     out += [f'  launch {i+1}: inferred: {why}' for i, l in enumerate(ls) for why in l['inferred']]
     return '\n'.join(out)
 
-# %% ../nbs/09a_goodput.ipynb #d16d2ae3
-COLOURS = dict(productive='#2ca02c', startup='#1f77b4', save='#ff7f0e', restore='#9467bd', lost='#d62728', eval='#8c564b', between='#c7c7c7', other='#e377c2')
+# %% ../nbs/09a_goodput.ipynb #92cf0f7a
+_COLOURS = dict(productive='#2ca02c', startup='#1f77b4', save='#ff7f0e', restore='#9467bd', lost='#d62728', eval='#8c564b', between='#c7c7c7', other='#e377c2')
 
 def plot_goodput(rep:dict,       # What `account` returned
                  fname=None,     # Write the picture there (a `.png`); `None`: only return it
@@ -157,23 +157,24 @@ def plot_goodput(rep:dict,       # What `account` returned
     for i, l in enumerate(ls):   # in the order they happen: start-up, restore, the steps, saves and evaluation, the rest, the wait
         x = l['began'] - t0
         for k in ('startup', 'restore', 'productive', 'lost', 'save', 'eval', 'other', 'between'):
-            ax.broken_barh([(x, max(0., l['buckets'][k]))], (i - 0.4, 0.8), color=COLOURS[k]); x += max(0., l['buckets'][k])
+            ax.broken_barh([(x, max(0., l['buckets'][k]))], (i - 0.4, 0.8), color=_COLOURS[k]); x += max(0., l['buckets'][k])
     ax.set_yticks(range(len(ls)), [f"{i+1}: {l['ended']}" for i, l in enumerate(ls)]); ax.invert_yaxis()
     ax.set_xlabel('seconds since the first launch began'); ax.set_ylabel('launch')
     g = rep['goodput']
     ax.set_title(title or (f"goodput {100*g:.1f}% of {_span(rep['wall_seconds'])}; {rep['lost_steps']} steps lost" if g is not None else 'no launch recorded'))
-    ax.legend(handles=[Patch(color=COLOURS[k], label=BUCKETS[k]) for k in BUCKETS], loc='upper center', bbox_to_anchor=(0.5, -0.35 - 0.05*(len(ls) < 3)), ncol=4, frameon=False)
+    ax.legend(handles=[Patch(color=_COLOURS[k], label=BUCKETS[k]) for k in BUCKETS], loc='upper center', bbox_to_anchor=(0.5, -0.35 - 0.05*(len(ls) < 3)), ncol=4, frameon=False)
     fig.tight_layout()
     if fname is not None: fig.savefig(fname, dpi=110, bbox_inches='tight')
     return fig
 
-# %% ../nbs/09a_goodput.ipynb #da6ae454
+# %% ../nbs/09a_goodput.ipynb #b0b073ce
 def history_folder(path:Path|str # The checkpoints folder, or the folder above its default `checkpoints`
                   ) -> Path:
     "The folder whose launch history the report reads"
     p = Path(path)
     return p/'checkpoints' if not (p/LAUNCHES).exists() and (p/'checkpoints'/LAUNCHES).exists() else p
 
+# %% ../nbs/09a_goodput.ipynb #92b2535c
 def goodput_report(path:Path|str,        # The checkpoints folder
                    now:float|None=None   # The time the report is of; `None`: now
                   ) -> dict:

@@ -6,15 +6,13 @@ Docs: https://ddpsafe.github.io/ddpsafe/interval.html.md"""
 
 # %% ../nbs/06a_interval.ipynb #db018ff2
 from __future__ import annotations
-import os, json, math, mmap, time, uuid, socket, warnings, statistics
-import numpy as np
+import os, json, math, mmap, time, uuid, struct, socket, warnings, statistics
 from pathlib import Path
 from fastcore.basics import patch, store_attr
 
 # %% auto #0
 __all__ = ['LAUNCHES', 'PRIOR_MTBF', 'FIRST_SAVE_SECONDS', 'MAX_SHARE', 'COUNTERS', 'waste', 'record_launch', 'read_launches',
-           'save_interval', 'interval_note', 'SaveTimer', 'process_started', 'launch_began', 'LaunchCounters',
-           'counters_of']
+           'save_interval', 'interval_note', 'SaveTimer', 'LaunchCounters']
 
 # %% ../nbs/06a_interval.ipynb #3b5207d2
 def waste(tau:float,    # Seconds between saves
@@ -212,10 +210,10 @@ def _choose(self:SaveTimer):
 @patch
 def saved(self:SaveTimer, seconds:float,   # How long the save blocked training
           write_seconds:float|None=None): # How long the last background write took (`async_save`); `None`: none measured
-    "The next timed save counts from now; count this save's cost and, with `'auto'`, choose the interval again"
+    "The next timed save counts from now; count this save's cost (the end line records it, whatever the interval) and, with `'auto'`, choose the interval again"
     self.last = time.monotonic()
-    if not self.auto: return
     self.costs = [*self.costs[-19:], seconds]   # the newest 20
+    if not self.auto: return
     if write_seconds is not None and self.async_save: self.write_seconds = write_seconds
     self._choose()
 
@@ -231,7 +229,8 @@ def ended(self:SaveTimer, how:str, # 'finished', 'stopped', 'preempted' or 'erro
 
 # %% ../nbs/06a_interval.ipynb #c0a70002
 COUNTERS = 'launches.counters'   # the running launch's counters, in the checkpoints folder, mapped into rank 0's memory
-_FIELDS = ('launch', 'step', 'first_t', 'last_t', 'steps', 'save_seconds_total', 'eval_seconds', 'save_at_last', 'eval_at_last', 'seen_t')
+_FIELDS = ('launch', 'first_t', 'save_seconds_total', 'eval_seconds', 'step', 'last_t', 'steps', 'save_at_last', 'eval_at_last', 'seen_t')
+_AT_STEP = struct.Struct('<6d')   # the fields from `step` on: what a step writes, in one store
 
 # %% ../nbs/06a_interval.ipynb #c0a70003
 def process_started(pid:int # A process of this machine
@@ -254,54 +253,61 @@ class LaunchCounters:
                  folder:Path|None=None, # The local checkpoints folder; `None`: counted in memory only (rank 1, object storage)
                  launch:str|None=None): # The launch's id (`SaveTimer.launch`)
         store_attr()
-        self.c, self.map, self.eval_began = np.zeros(len(_FIELDS)), None, None
+        self.buf, self.map, self.eval_began = bytearray(8*len(_FIELDS)), None, None
+        self.steps, self.save_total, self.eval_total = 0, 0., 0.
         if folder is None or launch is None: return
         try: self.map = _quietly(_take_counters, Path(folder), launch)
-        except ValueError: self.map = None
-        if self.map is not None: self.c = np.frombuffer(self.map, dtype=np.float64)
-        self.c[:] = 0; self.c[0] = int(launch, 16)
+        except ValueError: self.map = None   # not an id of `launch_started`'s
+        if self.map is not None: self.buf = self.map
+        struct.pack_into('<d', self.buf, 0, int(launch, 16))
 
     def step(self, global_step:int): # The optimizer step just made, counted over the run
-        "Count a step: the only call on the training thread at every step"
-        c, now = self.c, time.time()
-        if c[2] == 0: c[2] = now
-        c[1], c[3], c[9], c[4], c[7], c[8] = global_step, now, now, c[4] + 1, c[5], c[6]
+        "Count a step: the only call on the training thread at every step, one store into the mapping"
+        now = time.time(); self.steps += 1
+        if self.steps == 1: struct.pack_into('<d', self.buf, 8, now)
+        _AT_STEP.pack_into(self.buf, 32, global_step, now, self.steps, self.save_total, self.eval_total, now)
 
     def state(self) -> dict:
-        "The counters, by name (the launch's id as text)"
-        d = dict(zip(_FIELDS[1:], map(float, self.c[1:])))
+        "The counters, by name"
+        d = dict(zip(_FIELDS[1:], struct.unpack_from(f'<{len(_FIELDS)-1}d', self.buf, 8)))
         d['step'], d['steps'] = int(d['step']), int(d['steps'])
         return d
 
 # %% ../nbs/06a_interval.ipynb #c0a70006
 def _take_counters(folder:Path, launch:str):
     "Fold the counters a previous launch left in `folder/COUNTERS` into the history, then map the file for `launch`"
-    p = folder/COUNTERS
-    if p.exists() and p.stat().st_size == 8*len(_FIELDS):
-        if (old := counters_of(p.read_bytes())) is not None: record_launch(folder, dict(ev='counters', **old))
-    with open(p, 'wb') as f: f.write(bytes(8*len(_FIELDS)))
-    with open(p, 'r+b') as f: return mmap.mmap(f.fileno(), 8*len(_FIELDS))
+    p, size = folder/COUNTERS, 8*len(_FIELDS)
+    if p.exists() and (old := counters_of(p.read_bytes())) is not None: record_launch(folder, dict(ev='counters', **old))
+    with open(p, 'wb') as f: f.write(bytes(size))
+    with open(p, 'r+b') as f: return mmap.mmap(f.fileno(), size)
 
 def counters_of(raw:bytes # The bytes of a `COUNTERS` file
                ) -> dict|None:
     "The counters in `raw`, with the launch's id; `None` if they count nothing"
-    c = np.frombuffer(raw, dtype=np.float64)
-    if len(c) != len(_FIELDS) or c[0] <= 0 or c[9] == 0: return None
-    d = dict(zip(_FIELDS, map(float, c)))
-    d['launch'], d['step'], d['steps'] = f'{int(c[0]):012x}', int(d['step']), int(d['steps'])
+    if len(raw) != 8*len(_FIELDS): return None
+    d = dict(zip(_FIELDS, struct.unpack(f'<{len(_FIELDS)}d', raw)))
+    if d['launch'] <= 0 or d['seen_t'] == 0: return None
+    d['launch'], d['step'], d['steps'] = f"{int(d['launch']):012x}", int(d['step']), int(d['steps'])
     return d
+
+def _seen(c:LaunchCounters, offset:int, value:float):
+    "Write one counter at `offset`, and the time anything was last counted"
+    now = time.time()
+    struct.pack_into('<d', c.buf, offset, value); struct.pack_into('<d', c.buf, 72, now)
+    return now
 
 @patch
 def saved(self:LaunchCounters, seconds:float, # How long a save blocked training
           step:int|None=None):  # The step of a save to disk, recorded as a `save` line; `None`: counted only (the memory tier)
     "Count a save's blocking time; record a save to disk"
-    self.c[5] += seconds; self.c[9] = time.time()
+    self.save_total += seconds
+    now = _seen(self, 16, self.save_total)
     if step is not None and self.map is not None:
-        _quietly(record_launch, self.folder, dict(ev='save', launch=self.launch, t=self.c[9], seconds=seconds, **(self.state() | dict(step=step))))
+        _quietly(record_launch, self.folder, dict(ev='save', launch=self.launch, t=now, seconds=seconds, **(self.state() | dict(step=step))))
 
 @patch
 def evaluating(self:LaunchCounters, began:bool): # True as the validation begins, False as it ends
     "Count the seconds of a validation"
     now = time.time()
     if began: self.eval_began = now
-    elif self.eval_began is not None: self.c[6] += now - self.eval_began; self.c[9], self.eval_began = now, None
+    elif self.eval_began is not None: self.eval_total += now - self.eval_began; _seen(self, 24, self.eval_total); self.eval_began = None
