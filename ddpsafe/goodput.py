@@ -191,5 +191,7 @@ def ddpsafe_goodput(path:str,         # The checkpoints folder
     rep = goodput_report(path)
     if not rep['launches']: print(f"ddpsafe-goodput: no launch history ({LAUNCHES}) in {rep['folder']}", file=sys.stderr); return 2
     print(jsonlib.dumps(rep) if json else report_text(rep, rep['folder']))
-    if plot: plot_goodput(rep, plot)
+    if plot:
+        import matplotlib.pyplot as plt
+        plt.close(plot_goodput(rep, plot))   # written, not shown
     return 0
