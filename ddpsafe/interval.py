@@ -278,7 +278,7 @@ def _take_counters(folder:Path, launch:str):
     "Fold the counters a previous launch left in `folder/COUNTERS` into the history, then map the file for `launch`"
     p, size = folder/COUNTERS, 8*len(_FIELDS)
     if p.exists() and (old := counters_of(p.read_bytes())) is not None: record_launch(folder, dict(ev='counters', **old))
-    with open(p, 'wb') as f: f.write(bytes(size))
+    with open(p, 'r+b' if p.exists() and p.stat().st_size == size else 'wb') as f: f.write(bytes(size))   # in place: an earlier fit of this process may still map it
     with open(p, 'r+b') as f: return mmap.mmap(f.fileno(), size)
 
 def counters_of(raw:bytes # The bytes of a `COUNTERS` file

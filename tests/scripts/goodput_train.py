@@ -8,7 +8,7 @@ Marker lines go to RUN/marks/rank{r}.log (rank 0's are the test's log):
 
     PID pid               as the script starts
     SAVE step             rank 0, each checkpoint saved to disk (signal's and end's too)
-    STEP step seconds     rank 0, each optimizer step: its global step and the seconds from its batch's start to its end
+    STEP step seconds t   rank 0, each optimizer step: its global step, the seconds from its batch's start to its end, the end's time
     FAULT kind step       just before the fault, at the end of global step `--at`
     RESULT {json}         last, on a launch that ends its fit: the step reached, the time
 
@@ -59,7 +59,7 @@ class Faults(Callback):
     def after_batch(self):
         if not self.training: return
         self.step = step = self.ck.progress.global_step
-        if r == 0: say(f'STEP {step} {time.time() - self.began:.6f}')
+        if r == 0: now = time.time(); say(f'STEP {step} {now - self.began:.6f} {now:.6f}')
         if step != args.at or args.fault == 'none': return
         if args.fault == 'sigterm' and r == 0: say(f'FAULT sigterm {step}'); os.kill(os.getppid(), signal.SIGTERM)
         if args.fault == 'killrank' and r == 1: say(f'FAULT killrank {step}'); os.kill(os.getpid(), signal.SIGKILL)
