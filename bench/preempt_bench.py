@@ -1,7 +1,7 @@
 """What `CheckpointCallback` at its defaults costs a training step, and how soon a SIGTERM becomes a checkpoint, on 2 CPU
 ranks: a tiny DDP MLP whose steps are padded with busy work to `--step-ms`, with the callback and without (order
-alternated), and a third run per repetition that sends SIGTERM to rank 1 at a random moment. Method: the benchmarks
-page, "Preemption: the stop-request agreement at its defaults".
+alternated), a third run per repetition that sends SIGTERM to rank 1 at a random moment, and the goodput records' share
+(`LaunchCounters.step`). Method: the benchmarks page, "Preemption: the stop-request agreement at its defaults".
 
     python bench/preempt_bench.py --reps 11        # -> results/preempt.json"""
 from __future__ import annotations
@@ -63,9 +63,9 @@ def one_run(steps:int, pad_s:float, callback:bool, warmup:int, signal_after:floa
     was sent, when each rank began the signal's checkpoint and at which step"""
     import torch.distributed as dist
     from ddpsafe.checkpoint import CheckpointCallback
-    from ddpsafe.preempt import StopRequests
+    from ddpsafe.preempt import StopRequests; from ddpsafe.interval import LaunchCounters
     folder = tempfile.mkdtemp(prefix='ddpsafe-preempt-bench-')
-    learn, timer, seen, inside, in_poll = learner(steps, folder, pad_s), step_timer(warmup), {}, [], []
+    learn, timer, seen, inside, in_poll, in_rec = learner(steps, folder, pad_s), step_timer(warmup), {}, [], [], []
     cbs = [timer]
     if callback:
         cb = CheckpointCallback(every_epoch=None, every_steps=None, resume=False, exit_code=None)
@@ -77,15 +77,15 @@ def one_run(steps:int, pad_s:float, callback:bool, warmup:int, signal_after:floa
     if signal_after is not None and dist.get_rank() == 1:
         def send(): seen['sent_at'] = time.monotonic(); os.kill(os.getpid(), signal.SIGTERM)
         timer.on_warm = lambda: threading.Timer(signal_after, send).start()
-    stock_poll, StopRequests.poll = StopRequests.poll, timing(StopRequests.poll, in_poll)    # of which the agreement itself
+    (stock_poll, StopRequests.poll), (stock_rec, LaunchCounters.step) = (StopRequests.poll, timing(StopRequests.poll, in_poll)), (LaunchCounters.step, timing(LaunchCounters.step, in_rec))   # of which the agreement, the records
     try:
         with learn.distrib_ctx(): learn.fit(1, 1e-3, cbs=cbs)
-    finally: StopRequests.poll = stock_poll; shutil.rmtree(folder, ignore_errors=True)
+    finally: StopRequests.poll, LaunchCounters.step = stock_poll, stock_rec; shutil.rmtree(folder, ignore_errors=True)
     out = dict(steps=len(timer.times), **seen)
     if signal_after is None: out.update(zip(('steps_per_s', 'median_step_s'), timer.rate()))
     if signal_after is None and callback:
         out.update(callback_share_of_step=statistics.mean(inside[warmup:])*out['steps_per_s'],
-                   poll_share_of_step=statistics.mean(in_poll[warmup:len(inside)])*out['steps_per_s'])
+                   poll_share_of_step=statistics.mean(in_poll[warmup:len(inside)])*out['steps_per_s'], records_share_of_step=statistics.mean(in_rec[warmup:])*out['steps_per_s'])
     return out
 
 def rank_main(step_ms:tuple, reps:int, warmup:int, run_s:float, seed:int) -> dict:
@@ -122,7 +122,7 @@ def summarize(ranks:list, step_ms:tuple, poll_seconds:float) -> dict:
         step = statistics.median(max(x['plain']['median_step_s'] for x in rep) for rep in reps)
         ratio = [min(x['plain']['steps_per_s'] for x in rep) / min(x['callback']['steps_per_s'] for x in rep) for rep in reps]
         share = [100*max(x['callback']['callback_share_of_step'] for x in rep) for rep in reps]   # the rank that spends most in it
-        polls = [100*max(x['callback']['poll_share_of_step'] for x in rep) for rep in reps]
+        polls, records = ([100*max(x['callback'][k] for x in rep) for rep in reps] for k in ('poll_share_of_step', 'records_share_of_step'))
         delays = [max(x['saved_at'] for x in rep) - rep[1]['sent_at'] for rep in sig if all('saved_at' in x for x in rep)]
         bound = max(poll_seconds, step) + step
         out[str(ms)] = dict(target_step_ms=ms, plain_median_step_ms=step*1e3, reps=len(ratio), goal='ratio <= 1.01',
@@ -130,6 +130,7 @@ def summarize(ranks:list, step_ms:tuple, poll_seconds:float) -> dict:
                             ratio_ci95=bootstrap(ratio), met=bool(statistics.median(ratio) <= 1.01),
                             in_callback_pct_per_rep=share, in_callback_pct_median=statistics.median(share),
                             in_poll_pct_per_rep=polls, in_poll_pct_median=statistics.median(polls), in_poll_pct_min=min(polls), in_poll_pct_max=max(polls),
+                            records_pct_per_rep=records, records_pct_median=statistics.median(records), records_pct_max=max(records), records_goal='<= 0.1%',
                             signal_runs=len(sig), delay_s_per_run=delays, delay_bound_s=bound, delays_within_bound=sum(d <= bound for d in delays),
                             delay_s_median=statistics.median(delays) if delays else None, delay_s_max=max(delays, default=None),
                             signal_saved_on_every_rank_at_one_step=sum(len({x.get('step') for x in rep}) == 1 and all('saved_at' in x for x in rep) for rep in sig))
@@ -157,7 +158,7 @@ def main(argv=None):
     for ms, r in res['step_lengths'].items():
         print(f"{ms} ms ({r['plain_median_step_ms']:.1f} measured): with / without the callback {r['ratio_median']:.3f} "
               f"({r['ratio_min']:.2f}-{r['ratio_max']:.2f}); in its after_batch {r['in_callback_pct_median']:.2f}% of a step, in poll() "
-              f"{r['in_poll_pct_median']:.2f}%; SIGTERM to the save: median {r['delay_s_median']:.3f} s, max {r['delay_s_max']:.3f} s "
+              f"{r['in_poll_pct_median']:.2f}%, in the goodput records {r['records_pct_median']:.4f}% (max {r['records_pct_max']:.4f}%); SIGTERM to the save: median {r['delay_s_median']:.3f} s, max {r['delay_s_max']:.3f} s "
               f"({r['delays_within_bound']}/{len(r['delay_s_per_run'])} within {r['delay_bound_s']:.3f} s)")
     print(f"wrote {a.out} in {res['seconds']:.0f} s")
 

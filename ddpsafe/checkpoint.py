@@ -27,6 +27,7 @@ from .commit import storage_for
 from .memory import fit_memory_tier
 from .saver import *   # how a checkpoint is written and kept
 from .interval import *   # when a timed save is due
+from .interval import launch_began
 from .resume import *   # what a resume stands on: what a checkpoint must match, which one it takes, how it is loaded
 from .resume import _name, checkpoint_for_fit, reload_weights, resume_message, world_change_message, retrain_message
 from .resume import batches_change_message, set_fit_hypers
@@ -93,12 +94,15 @@ def before_fit(self:CheckpointCallback):
     say(late_callbacks_note(self.parts, self.order)); say(loader_note(self.dls.train))
     self.stopped_by, self.ran_epoch = None, False
     self.epoch_due, self.pending_grads, self.stepped, self.saved_weights, self.replayed = False, False, False, None, None
-    started = time.monotonic()
+    started, fit_t = time.monotonic(), time.time()
     self.stops = StopRequests(self.signals, self.saver.root, self.save_switch, self.stop_switch, self.poll_seconds).install()
+    resuming = time.monotonic()
     if run.fits_left and run.stopped: raise CancelFitException()   # a stop request ended an earlier fit of this `fine_tune`: the rest waits for the resume
     if self.resume is not False and self.resume is not None: self._resume()
     history = self.saver.root if self.saver.storage.local else None   # object storage: no append
-    self.timer = SaveTimer(self.every_seconds, history, is_main(), self.async_save, started)   # after the resume: the time a restart takes includes it
+    facts = dict(launched=_launch_time(history, fit_t), fit_t=fit_t, resumed_from=self.progress.global_step, restore_seconds=time.monotonic() - resuming)
+    self.timer = SaveTimer(self.every_seconds, history, is_main(), self.async_save, started, facts)   # after the resume: the time a restart takes includes it
+    self.counters = LaunchCounters(self.timer.history, self.timer.launch)   # rank 0's, for `ddpsafe-goodput`
 
 CheckpointCallback.progress = property(lambda self: self.parts['position'], doc="The fit's `PositionState`: where the loops are, and the step counters")
 
@@ -106,6 +110,15 @@ CheckpointCallback.progress = property(lambda self: self.parts['position'], doc=
 def _say_once(run, note:str|None):
     "Rank 0 prints `note`, once a run"
     if is_main() and note and note not in run.said: run.said.add(note); print(note)
+
+_launched = set()   # the folders this process's fits have recorded a launch in
+
+def _launch_time(folder, # The local checkpoints folder; `None`: none (object storage)
+             fit_t:float # `time.time()` as this fit began
+            ) -> float:
+    "When this launch began: `launch_began()` for the process's first fit on `folder`, `fit_t` for the next ones"
+    if folder is None or str(folder) in _launched: return fit_t
+    _launched.add(str(folder)); return min(launch_began(), fit_t)
 
 def exit_quickly(code:int # The exit status
                 ):
@@ -149,7 +162,8 @@ def after_fit(self:CheckpointCallback):
 def _close(self:CheckpointCallback):
     "Record how the launch ended; release what this fit opened, however it ended"
     if self.ended is None and self.parts is not None: self.sequence.failed.add(self.progress.fit_idx)   # an error ended it
-    self.timer.ended(self.ended or 'error', self.saver and self.saver.write_seconds)   # rank 0, with `every_seconds='auto'`: in the folder's history
+    self.timer.ended(self.ended or 'error', self.saver and self.saver.write_seconds, **self.counters.state())   # rank 0: in the folder's history
+    self.counters.close(); self.__dict__.pop('counters', None)   # its mapping: an exported learner holds none
     if self.saver is not None: self.saver.close()        # the signals still only raise a flag meanwhile
     if self.stops is not None: self.stops.uninstall(wait=False)
     for dl in self.fit_dls.loaders: stop_persistent_workers(dl)   # `self.learn` is gone: fastai removed this callback
@@ -161,6 +175,7 @@ CheckpointCallback.root = property(lambda self: None if self.saver is None else 
 
 # %% ../nbs/08_checkpoint.ipynb #7378cdb3
 CheckpointCallback.timer = SaveTimer(None)   # before a fit: no timed saves, no launch recorded
+CheckpointCallback.counters = LaunchCounters()   # before a fit: counted nowhere
 
 # %% ../nbs/08_checkpoint.ipynb #15ff5112
 @patch
@@ -169,6 +184,10 @@ def before_epoch(self:CheckpointCallback): "An epoch began: the fit's end is wor
 def before_train(self:CheckpointCallback): "The epoch's training begins: a checkpoint now resumes inside it"; self.parts.event('begin_epoch')
 @patch
 def after_train(self:CheckpointCallback): "The epoch's training is over: a checkpoint now resumes at the next epoch"; self.parts.event('end_epoch')
+@patch
+def before_validate(self:CheckpointCallback): "The validation's seconds, counted for `ddpsafe-goodput`"; self.counters.evaluating(True)
+@patch
+def after_validate(self:CheckpointCallback): "The validation is over"; self.counters.evaluating(False)
 
 # %% ../nbs/08_checkpoint.ipynb #467b7f9b
 @patch
@@ -204,6 +223,7 @@ def after_batch(self:CheckpointCallback):
     self.pending_grads = not self.stepped
     if not self.stepped: return          # inside an accumulation window: wait for its optimizer step
     self.progress.fit_steps += 1
+    self.counters.step(self.progress.global_step)
     if not self.saver.reserved: self.saver.reserve((self.learn.model.state_dict(), self.learn.opt.state_dict()))   # the copies' buffers, ahead
     asked = self.stops.take()
     if reason := self.save_reason(asked, self.progress.fit_steps):
@@ -256,6 +276,7 @@ def save(self:CheckpointCallback,
     if self.sequence.rolled_back: meta['rolled_back'] = self.sequence.rolled_back   # a later launch's same `resume=` finds it carried out
     with step_lock(self.learn): files, meta['parts'], shards = self.parts.to_files(self.saver.sharded)   # every rank, one step boundary
     tier.save(pos['global_step'], files, meta, shards)     # written as this fit chose: now or in the background, whole or in shards
+    self.counters.saved(time.monotonic() - began, pos['global_step'] if tier is self.saver else None)   # rank 0's history: a `save` line for the disk's
     if tier is not self.saver: return True
     self.progress.saved, self.progress.saved_stop, self.saved_weights = (pos['global_step'], pos['epoch_done']), stop, weights_version(self.learn.model)
     self.timer.saved(time.monotonic() - began, self.saver.write_seconds)

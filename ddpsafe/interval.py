@@ -1,4 +1,4 @@
-"""`CheckpointCallback(every_seconds='auto')`: the interval between timed saves from the measured cost of one save and the failures this checkpoints folder has seen (Young and Daly's rule), never so short that saves take more than 1% of the time. Each launch's start and end are recorded in the folder.
+"""`CheckpointCallback(every_seconds='auto')`: the interval between timed saves from the measured cost of one save and the failures this checkpoints folder has seen (Young and Daly's rule), never so short that saves take more than 1% of the time. Each launch's start, saves and end are recorded in the folder, for this and for [what preemption cost](preemption_cost.html).
 
 Docs: https://ddpsafe.github.io/ddpsafe/interval.html.md"""
 
@@ -6,13 +6,13 @@ Docs: https://ddpsafe.github.io/ddpsafe/interval.html.md"""
 
 # %% ../nbs/06a_interval.ipynb #db018ff2
 from __future__ import annotations
-import os, json, math, time, uuid, socket, warnings, statistics
+import os, json, math, mmap, time, uuid, struct, socket, warnings, statistics
 from pathlib import Path
-from fastcore.basics import patch
+from fastcore.basics import patch, store_attr
 
 # %% auto #0
-__all__ = ['LAUNCHES', 'PRIOR_MTBF', 'FIRST_SAVE_SECONDS', 'MAX_SHARE', 'waste', 'record_launch', 'read_launches',
-           'save_interval', 'interval_note', 'SaveTimer']
+__all__ = ['LAUNCHES', 'PRIOR_MTBF', 'FIRST_SAVE_SECONDS', 'MAX_SHARE', 'COUNTERS', 'waste', 'record_launch', 'read_launches',
+           'save_interval', 'interval_note', 'SaveTimer', 'LaunchCounters']
 
 # %% ../nbs/06a_interval.ipynb #3b5207d2
 def waste(tau:float,    # Seconds between saves
@@ -54,20 +54,21 @@ def read_launches(folder:Path|str # A local checkpoints folder
 
 # %% ../nbs/06a_interval.ipynb #644a4afe
 def launch_started(folder:Path|str,      # A local checkpoints folder
-                   now:float|None=None   # The start's time (`time.time()`); `None`: now
-                  ) -> str:
+                   now:float|None=None,  # The start's time (`time.time()`); `None`: now
+                   **facts):             # What else the start knows: `launched`, `fit_t`, `resumed_from`, `restore_seconds`
     "Record a launch's start in `folder`'s history; its id"
     launch = uuid.uuid4().hex[:12]
-    record_launch(folder, dict(ev='start', launch=launch, t=time.time() if now is None else now, host=socket.gethostname(), pid=os.getpid()))
+    record_launch(folder, dict(ev='start', launch=launch, t=time.time() if now is None else now, host=socket.gethostname(), pid=os.getpid(), **facts))
     return launch
 
 def launch_ended(folder:Path|str,     # A local checkpoints folder
                  launch:str,          # The id `launch_started` gave
                  how:str,             # 'finished', 'stopped', 'preempted' or 'error'
                  now:float|None=None, # The end's time (`time.time()`); `None`: now
-                 **measured):         # What the launch measured: `save_seconds`, `write_seconds`
+                 **measured):         # What the launch measured: `save_seconds`, `write_seconds`, its counters
     "Record how launch `launch` ended, and what it measured, in `folder`'s history"
     record_launch(folder, dict(ev='end', launch=launch, t=time.time() if now is None else now, how=how, **measured))
+
 
 # %% ../nbs/06a_interval.ipynb #19038348
 def failure_history(records:list # `read_launches`' records
@@ -166,21 +167,22 @@ def _quietly(f, folder, *args, **kwargs):
     except OSError as e: warnings.warn(f"ddpsafe: the launch history in {folder} cannot be written ({e}); every_seconds='auto' goes on without it")
 
 class SaveTimer:
-    "When a timed save is due: every `every_seconds`, or, with `'auto'`, at the interval rank 0 chooses from the saves' costs and the folder's launches"
+    "When a timed save is due: every `every_seconds`, or, with `'auto'`, at the interval rank 0 chooses from the saves' costs and the folder's launches; rank 0 records the launch in `history`"
     def __init__(self,
                  every_seconds:float|str|None, # Seconds between timed saves; `'auto'`: chosen; `None`: no timed saves
-                 history:Path|None=None, # The local checkpoints folder that keeps the launch history (`'auto'`); `None`: none (object storage)
+                 history:Path|None=None, # The local checkpoints folder that keeps the launch history; `None`: none (object storage)
                  main:bool=True,         # Is this rank 0, whose clock decides the timed saves?
                  async_save:bool=False, # Are the saves written in the background? Then the interval never undercuts a write's time
-                 since:float|None=None): # `time.monotonic()` as the fit began: the first timed save counts from there; `None`: now
+                 since:float|None=None,  # `time.monotonic()` as the fit began: the first timed save counts from there; `None`: now
+                 facts:dict|None=None):  # More for the launch's start line (`launched`, `resumed_from`, `restore_seconds`...)
         if isinstance(every_seconds, str) and every_seconds != 'auto': raise ValueError(f"every_seconds={every_seconds!r}: a number of seconds, 'auto' or None")
         self.every_seconds, self.costs, self.said, self.why, self.launch = every_seconds, [], None, None, None
         self.async_save, self.write_seconds = async_save, None if async_save else 0.   # a background write's time: not known until one is measured
         self.auto, self.interval = every_seconds == 'auto' and main, None if every_seconds == 'auto' else every_seconds
         self.main, self.last, self.raised = main, time.monotonic() if since is None else since, False   # rank 0's clock; a save asked for, not yet agreed
-        if not self.auto: return
-        self.launch = None if history is None else _quietly(launch_started, history)
+        self.launch = None if history is None or not main else _quietly(launch_started, history, **(facts or {}))   # every fit is recorded
         self.history = history if self.launch is not None else None
+        if not self.auto: return
         self.past = failure_history(read_launches(self.history) if self.history is not None else [])
         self._choose()
 
@@ -208,18 +210,108 @@ def _choose(self:SaveTimer):
 @patch
 def saved(self:SaveTimer, seconds:float,   # How long the save blocked training
           write_seconds:float|None=None): # How long the last background write took (`async_save`); `None`: none measured
-    "The next timed save counts from now; count this save's cost and, with `'auto'`, choose the interval again"
+    "The next timed save counts from now; count this save's cost (the end line records it, whatever the interval) and, with `'auto'`, choose the interval again"
     self.last = time.monotonic()
-    if not self.auto: return
     self.costs = [*self.costs[-19:], seconds]   # the newest 20
+    if not self.auto: return
     if write_seconds is not None and self.async_save: self.write_seconds = write_seconds
     self._choose()
 
 @patch
 def ended(self:SaveTimer, how:str, # 'finished', 'stopped', 'preempted' or 'error'
-          write_seconds:float|None=None): # How long the last background write took (`async_save`); `None`: none measured
+          write_seconds:float|None=None, # How long the last background write took (`async_save`); `None`: none measured
+          **counts):                     # The launch's counters (`LaunchCounters.state`)
     "Record how this launch ended, and the save costs it measured; once"
     if self.launch is None: return
     _quietly(launch_ended, self.history, self.launch, how, save_seconds=statistics.median(self.costs) if self.costs else None,
-             write_seconds=write_seconds)
+             write_seconds=write_seconds, **counts)
     self.launch = None
+
+# %% ../nbs/06a_interval.ipynb #c0a70002
+COUNTERS = 'launches.counters'   # the running launch's counters, in the checkpoints folder, mapped into rank 0's memory
+_FIELDS = ('launch', 'first_t', 'save_seconds_total', 'eval_seconds', 'step', 'last_t', 'steps', 'save_at_last', 'eval_at_last', 'seen_t')
+_AT_STEP = struct.Struct('<6d')   # the fields from `step` on: what a step writes, in one store
+
+# %% ../nbs/06a_interval.ipynb #c0a70003
+def process_started(pid:int # A process of this machine
+                   ) -> float:
+    "When process `pid` started, as `time.time()`, from `/proc`"
+    stat = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()   # after the name, which may hold spaces
+    up = float(Path('/proc/uptime').read_text().split()[0])                  # to 10 ms; the boot time in /proc/stat is to the second
+    return time.time() - up + int(stat[19])/os.sysconf('SC_CLK_TCK')
+
+def launch_began() -> float:
+    "When this launch began: `torchrun`'s start for its first workers (it starts them after its own imports), else this process's; now where `/proc` cannot say"
+    first = os.environ.get('TORCHELASTIC_RUN_ID') and os.environ.get('TORCHELASTIC_RESTART_COUNT', '0') == '0'
+    try: return process_started(os.getppid() if first else os.getpid())
+    except (OSError, ValueError, IndexError, StopIteration): return time.time()
+
+# %% ../nbs/06a_interval.ipynb #c0a70005
+class LaunchCounters:
+    "Rank 0's counters of one launch: the step reached, its first and last step's times, the seconds saves and evaluation blocked; in `folder/COUNTERS`, mapped, so that a `SIGKILL` leaves them"
+    def __init__(self,
+                 folder:Path|None=None, # The local checkpoints folder; `None`: counted in memory only (rank 1, object storage)
+                 launch:str|None=None): # The launch's id (`SaveTimer.launch`)
+        store_attr()
+        self.buf, self.map, self.eval_began = bytearray(8*len(_FIELDS)), None, None
+        self.steps, self.save_total, self.eval_total = 0, 0., 0.
+        if folder is None or launch is None: return
+        try: self.map = _quietly(_take_counters, Path(folder), launch)
+        except ValueError: self.map = None   # not an id of `launch_started`'s
+        if self.map is not None: self.buf = self.map
+        struct.pack_into('<d', self.buf, 0, int(launch, 16))
+
+    def step(self, global_step:int): # The optimizer step just made, counted over the run
+        "Count a step: the only call on the training thread at every step, one store into the mapping"
+        now = time.time(); self.steps += 1
+        if self.steps == 1: struct.pack_into('<d', self.buf, 8, now)
+        _AT_STEP.pack_into(self.buf, 32, global_step, now, self.steps, self.save_total, self.eval_total, now)
+
+    def close(self):
+        "Let go of the mapping (the counters stay in the file, and in memory)"
+        if self.map is not None: self.buf = bytearray(self.map[:]); self.map.close(); self.map = None
+
+    def state(self) -> dict:
+        "The counters, by name"
+        d = dict(zip(_FIELDS[1:], struct.unpack_from(f'<{len(_FIELDS)-1}d', self.buf, 8)))
+        d['step'], d['steps'] = int(d['step']), int(d['steps'])
+        return d
+
+# %% ../nbs/06a_interval.ipynb #c0a70006
+def _take_counters(folder:Path, launch:str):
+    "Fold the counters a previous launch left in `folder/COUNTERS` into the history, then map the file for `launch`"
+    p, size = folder/COUNTERS, 8*len(_FIELDS)
+    if p.exists() and (old := counters_of(p.read_bytes())) is not None: record_launch(folder, dict(ev='counters', **old))
+    with open(p, 'r+b' if p.exists() and p.stat().st_size == size else 'wb') as f: f.write(bytes(size))   # in place: an earlier fit of this process may still map it
+    with open(p, 'r+b') as f: return mmap.mmap(f.fileno(), size)
+
+def counters_of(raw:bytes # The bytes of a `COUNTERS` file
+               ) -> dict|None:
+    "The counters in `raw`, with the launch's id; `None` if they count nothing"
+    if len(raw) != 8*len(_FIELDS): return None
+    d = dict(zip(_FIELDS, struct.unpack(f'<{len(_FIELDS)}d', raw)))
+    if d['launch'] <= 0 or d['seen_t'] == 0: return None
+    d['launch'], d['step'], d['steps'] = f"{int(d['launch']):012x}", int(d['step']), int(d['steps'])
+    return d
+
+def _seen(c:LaunchCounters, offset:int, value:float):
+    "Write one counter at `offset`, and the time anything was last counted"
+    now = time.time()
+    struct.pack_into('<d', c.buf, offset, value); struct.pack_into('<d', c.buf, 72, now)
+    return now
+
+@patch
+def saved(self:LaunchCounters, seconds:float, # How long a save blocked training
+          step:int|None=None):  # The step of a save to disk, recorded as a `save` line; `None`: counted only (the memory tier)
+    "Count a save's blocking time; record a save to disk"
+    self.save_total += seconds
+    now = _seen(self, 16, self.save_total)
+    if step is not None and self.map is not None:
+        _quietly(record_launch, self.folder, dict(ev='save', launch=self.launch, t=now, seconds=seconds, **(self.state() | dict(step=step))))
+
+@patch
+def evaluating(self:LaunchCounters, began:bool): # True as the validation begins, False as it ends
+    "Count the seconds of a validation"
+    now = time.time()
+    if began: self.eval_began = now
+    elif self.eval_began is not None: self.eval_total += now - self.eval_began; _seen(self, 24, self.eval_total); self.eval_began = None

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from ddpsafe.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint, read_manifest, checkpoint_name, MANIFEST
 from ddpsafe.preempt import REQUEUE_EXIT_CODE
+from ddpsafe.interval import LAUNCHES, COUNTERS
+HISTORY = (LAUNCHES, COUNTERS)   # the launch history the callback keeps beside the checkpoints (`ddpsafe-goodput` reads it)
 
 from conftest import train_ckpt, fail_msg, batches, resumed_on
 tc = train_ckpt()
@@ -206,7 +208,7 @@ def test_keep(folder):
     vl = [row[names.index('valid_loss')] for row in res[0]['values']]
     best = 3*(max(range(len(vl)), key=lambda e: vl[e]) + 1)          # --best-max: the epoch with the highest valid_loss
     want = sorted({STEPS-1, STEPS, best})
-    left = sorted(p.name for p in (folder/'checkpoints').iterdir())
+    left = sorted(p.name for p in (folder/'checkpoints').iterdir() if p.name not in HISTORY)
     assert left == [checkpoint_name(s) for s in want], f'left {left}, want steps {want} (valid_loss by epoch {vl})'
     assert all(check_checkpoint(folder/'checkpoints'/checkpoint_name(s)) == [] for s in want)
     rm = [[l for l in o.splitlines() if l.startswith('RMTREE')] for o in outs]
@@ -234,7 +236,7 @@ def test_full_disk(tmpfs):
         assert 'No space left on device' in err and f'could not write checkpoint {root/checkpoint_name(2)}' in err, f'rank {r}: {err}'
     assert res[0]['error'] == res[1]['error'], [o['error'] for o in res]
     assert abs(res[0]['error_time'] - res[1]['error_time']) < 5
-    assert sorted(p.name for p in root.iterdir()) == [checkpoint_name(1)], f'left behind: {sorted(p.name for p in root.iterdir())}'
+    assert sorted(p.name for p in root.iterdir() if p.name not in HISTORY) == [checkpoint_name(1)], f'left behind: {sorted(p.name for p in root.iterdir())}'
     assert check_checkpoint(root/checkpoint_name(1)) == [] and newest_complete(root).name == checkpoint_name(1)
     assert cli('ddpsafe-verify', root).returncode == 0
     print(f'\n[full disk] both ranks raised within {abs(res[0]["error_time"]-res[1]["error_time"]):.2f}s of each other, '
