@@ -1,4 +1,4 @@
-"""`CheckpointCallback(every_seconds='auto')`: the interval between timed saves from the measured cost of one save and the failures this checkpoints folder has seen (Young and Daly's rule), never so short that saves take more than 1% of the time. Each launch's start, saves and end are recorded in the folder, for this and for [what preemption cost](preemption_cost.html).
+"""`CheckpointCallback(every_seconds='auto')`: the interval between timed saves from the measured cost of one save and the failures this checkpoints folder has seen (Young and Daly's rule), never so short that saves take more than 1% of the time. Each launch's start, saves and end are recorded in the folder, for this and for what preemption cost (`ddpsafe-goodput`).
 
 Docs: https://ddpsafe.github.io/ddpsafe/interval.html.md"""
 

@@ -88,11 +88,22 @@ def test_two_learners_one_after_the_other(tools, tmp_path):
     code, resumed, out = alone(tools, tmp_path/'stopped', 'ensemble')
     assert code == 0 and resumed['folds'] == stock['folds'], f'{resumed["folds"]}\n{stock["folds"]}\n{out[-3000:]}'
 
-def test_plain_fit_with_another_lr(tools, tmp_path):
-    "A plain fit run again with another lr: refused, naming both; accepted, it trains at the new one"
-    run = tmp_path/'run'
+@pytest.fixture(scope='module')
+def preempted(tools, tmp_path_factory) -> Path:
+    "The plain script's folder, preempted at step 10 (of 27), once for the tests below: each resumes a copy"
+    run = tmp_path_factory.mktemp('preempted')/'run'
     code, _, out = alone(tools, run, 'plain', '--kill', '10')
     assert code == 75, out[-4000:]
+    return run
+
+def resumable(preempted:Path, tmp_path:Path) -> Path:
+    "A copy of the preempted folder, for one test to resume"
+    shutil.copytree(preempted, tmp_path/'run', ignore=shutil.ignore_patterns('marks'))
+    return tmp_path/'run'
+
+def test_plain_fit_with_another_lr(tools, tmp_path, preempted):
+    "A plain fit run again with another lr: refused, naming both; accepted, it trains at the new one"
+    run = resumable(preempted, tmp_path)
     code, _, out = alone(tools, run, 'plain', '--lr', '0.03')
     assert code != 0 and 'CheckpointMismatch' in out and 'lr 0.01 in the checkpoint' in out and 'lr 0.03 now' in out, out[-4000:]
     code, res, out = alone(tools, run, 'plain', '--lr', '0.03', '--accept', 'fit')
@@ -101,21 +112,17 @@ def test_plain_fit_with_another_lr(tools, tmp_path):
     code, whole, out = alone(tools, tmp_path/'whole', 'plain')
     assert code == 0 and whole['end']['weights'] != res['end']['weights'], 'the accepted lr did not change the training'
 
-def test_batch_size_change_said(tools, tmp_path):
+def test_batch_size_change_said(tools, tmp_path, preempted):
     "A rerun with another batch size resumes at the same share of the epoch, and says so in one line"
-    run = tmp_path/'run'
-    code, _, out = alone(tools, run, 'plain', '--kill', '10')
-    assert code == 75, out[-4000:]
+    run = resumable(preempted, tmp_path)
     code, _, out = alone(tools, run, 'plain', '--bs', '16')
     lines = [l for l in out.splitlines() if 'was saved with 9 training batches of 8 an epoch per rank' in l]
     assert code == 0 and len(lines) == 1, out[-4000:]     # 72 items: 9 batches of 8, 4 of 16 (fastai drops the last, partial one)
     assert 'this run has 4 training batches of 16 an epoch' in lines[0] and ' as saved), the same share of the epoch' in lines[0], lines[0]
 
-def test_stateful_callback_named(tools, tmp_path):
+def test_stateful_callback_named(tools, tmp_path, preempted):
     "A user's callback with state and no state_dict is named once as the fit resumes"
-    run = tmp_path/'run'
-    code, _, out = alone(tools, run, 'plain', '--kill', '10')
-    assert code == 75, out[-4000:]
+    run = resumable(preempted, tmp_path)
     code, res, out = alone(tools, run, 'plain')
     assert code == 0, out[-4000:]
     assert out.count('CountBatches') == 1, out[-4000:]
