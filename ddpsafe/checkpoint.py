@@ -27,7 +27,7 @@ from .commit import storage_for
 from .memory import fit_memory_tier
 from .saver import *   # how a checkpoint is written and kept
 from .interval import *   # when a timed save is due
-from .interval import launch_began
+from .interval import launch_began, LaunchCounters
 from .resume import *   # what a resume stands on: what a checkpoint must match, which one it takes, how it is loaded
 from .resume import _name, checkpoint_for_fit, reload_weights, resume_message, world_change_message, retrain_message
 from .resume import batches_change_message, set_fit_hypers

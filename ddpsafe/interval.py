@@ -11,8 +11,8 @@ from pathlib import Path
 from fastcore.basics import patch, store_attr
 
 # %% auto #0
-__all__ = ['LAUNCHES', 'PRIOR_MTBF', 'FIRST_SAVE_SECONDS', 'MAX_SHARE', 'COUNTERS', 'waste', 'record_launch', 'read_launches',
-           'save_interval', 'interval_note', 'SaveTimer', 'LaunchCounters']
+__all__ = ['LAUNCHES', 'PRIOR_MTBF', 'FIRST_SAVE_SECONDS', 'MAX_SHARE', 'waste', 'record_launch', 'read_launches',
+           'save_interval', 'interval_note', 'SaveTimer']
 
 # %% ../nbs/06a_interval.ipynb #3b5207d2
 def waste(tau:float,    # Seconds between saves

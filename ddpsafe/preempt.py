@@ -17,7 +17,7 @@ from .commit import storage_for, as_path
 
 # %% auto #0
 __all__ = ['POLL_SECONDS', 'REMOTE_SWITCH_SECONDS', 'MAX_STEPS_PER_ROUND', 'ROUND_SHARE', 'WORKER_START_SECONDS', 'StopRequests',
-           'stop_coming', 'fork_deadlock_prone', 'WorkerStartError', 'stuck_workers', 'REQUEUE_EXIT_CODE']
+           'fork_deadlock_prone', 'WorkerStartError', 'stuck_workers', 'REQUEUE_EXIT_CODE']
 
 # %% ../nbs/06_preempt.ipynb #d35fd14c
 from .manifest import REQUEUE_EXIT_CODE   # 75: sysexits' EX_TEMPFAIL, 'try again'; defined with the checkpoint format, which `ddpsafe-status` reads
