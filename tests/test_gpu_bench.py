@@ -25,7 +25,7 @@ def test_gpu_sh_cpu_smoke(tmp_path):
         assert s['median'].keys() == METHODS and all(positive(v['blocking']) for v in s['median'].values()), s['median']
         assert positive(s['ratios']['async_blocking_over_memcpy']['median_paired']) and positive(s['ratios']['memory_tier_over_memcpy']['median_paired'])
         mem = s['ratios']['async_host_memory_over_state']
-        assert mem['slots_bytes'] >= 2*s['bytes'] and positive(mem['writer_anon_bytes']), f'the measure missed a slot: {mem}, state {s["bytes"]} bytes'
+        assert mem['slots_bytes'] >= s['bytes'] and positive(mem['writer_anon_bytes']), f'the measure missed the slot: {mem}, state {s["bytes"]} bytes'
     rs = json.loads((tmp_path/'resume.json').read_text())
     assert rs['device']['type'] == 'cpu' and positive(rs['sizes'][0]['median']), rs['sizes']
     for name, host in (('fit_cpu_host', True), ('fit_cpu', False)):

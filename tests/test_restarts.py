@@ -142,10 +142,10 @@ CHURN = ROOT/'tests'/'scripts'/'port_churn.py'
 
 def churned_restart(folder:Path, how:str, rdzv:str) -> str|None:
     """One launch of the plain script, rank 1 killed once, `--max-restarts 1`, in a network namespace of its own beside a
-    churn of 15,000 ports: `None` if the restart started its group and the job ended, else what went wrong"""
+    churn of 1,700 ports (1,500 held, 200 free): `None` if the restart started its group and the job ended, else what went wrong"""
     folder.mkdir()
     flags, extra = RDZV[rdzv]
-    cmd = [sys.executable, str(CHURN), '15000', '--'] + torchrun_cmd('--max-restarts', '1', *flags) + [str(PLAIN), how]
+    cmd = [sys.executable, str(CHURN), '1500', '--'] + torchrun_cmd('--max-restarts', '1', *flags) + [str(PLAIN), how]
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1', 'KILLS': '1', **{k: str(v) for k, v in extra.items()}}
     out, code = launch_plain(cmd, env, folder, 150)
     if code is None: return f'hang: rank(s) {not_done(out)} did not end within 150 s'
@@ -155,7 +155,7 @@ def churned_restart(folder:Path, how:str, rdzv:str) -> str|None:
 
 @needs_torchrun
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize('n', counts(2, 10, timeout=1800))
+@pytest.mark.parametrize('n', counts(3, 10, timeout=1800))    # 9 of 10 reproduced: 3 miss it 1 time in 1,000
 def test_restart_port_race(tmp_path, report_race, n):
     """The port race of the recipe's c10d flags: the launcher picks the restarted workers' port without holding it, and on a
     machine whose other jobs take ports, rank 0 finds it taken (`EADDRINUSE`), which ends the start and spends a restart.
@@ -163,7 +163,7 @@ def test_restart_port_race(tmp_path, report_race, n):
     unguarded = [churned_restart(tmp_path/f'u{i}', 'torch', 'c10d') for i in range(n)]
     guarded = [churned_restart(tmp_path/f'g{i}', 'ddpsafe', 'default') for i in range(n)]
     rec = report_race('restart_port_race', unguarded, guarded,
-                      what='torchrun --max-restarts 1, rank 1 killed once, 15,000 ports churned: c10d recipe vs init_default_group')
+                      what='torchrun --max-restarts 1, rank 1 killed once, 1,700 ports churned: c10d recipe vs init_default_group')
     assert rec['ddpsafe_failures'] == 0, f'init_default_group with the default rendezvous failed {rec["ddpsafe_failures"]}/{n}: {guarded}'
     assert rec['unguarded_failures'] >= 1, f'the port race of the c10d recipe did not reproduce in {n} launches: {unguarded}'
 
