@@ -29,7 +29,7 @@ from .saver import *   # how a checkpoint is written and kept
 from .interval import *   # when a timed save is due
 from .interval import launch_began, LaunchCounters
 from .resume import *   # what a resume stands on: what a checkpoint must match, which one it takes, how it is loaded
-from .resume import _name, checkpoint_for_fit, reload_weights, resume_message, world_change_message, retrain_message
+from .resume import callable_name, checkpoint_for_fit, reload_weights, resume_message, world_change_message, retrain_message
 from .resume import batches_change_message, set_fit_hypers
 from .parts import loader_note, stop_persistent_workers, late_callbacks_note, unsaved_callbacks_note, TrainingState, UserState
 from .shards import shard_index
@@ -271,7 +271,7 @@ def save(self:CheckpointCallback,
     began = time.monotonic()   # what training waits for, from here: `every_seconds='auto'` weighs it
     tier = to or self.saver
     if not tier.ready(pos['global_step']): return False   # the disk waits for its write in flight (said); the memory tier skips, nothing collected
-    meta = self.parts.meta(reason=reason, stop=stop, finished=finished) | dict(monitor=self.monitor, comp=_name(self.comp),   # where, why, the run's facts;
+    meta = self.parts.meta(reason=reason, stop=stop, finished=finished) | dict(monitor=self.monitor, comp=callable_name(self.comp),   # where, why, the run's facts;
                 metric=recorded(self.learn, self.monitor) if pos['epoch_done'] else None)   # then what picks the best checkpoint
     if self.sequence.rolled_back: meta['rolled_back'] = self.sequence.rolled_back   # a later launch's same `resume=` finds it carried out
     with step_lock(self.learn): files, meta['parts'], shards = self.parts.to_files(self.saver.sharded)   # every rank, one step boundary

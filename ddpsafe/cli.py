@@ -12,7 +12,7 @@ import xxhash
 from fastcore.script import call_parse
 from .commit import temporaries, as_path, commit_file
 from .manifest import *
-from .manifest import _sizes
+from .manifest import file_sizes
 from .owner import read_owner, describe_owner
 from .manifest import plain_key, best_of, rolled_back_copies, rolled_back_step
 
@@ -21,7 +21,7 @@ __all__ = ['leftovers', 'ddpsafe_ls', 'ddpsafe_verify', 'run_status', 'ddpsafe_s
            'ddpsafe_export']
 
 # %% ../nbs/09_cli.ipynb #078d07b7
-def _size(folder:Path) -> int: return sum(_sizes(folder).values())
+def _size(folder:Path) -> int: return sum(file_sizes(folder).values())
 
 def _human(n:float) -> str:
     for unit in ('B', 'KB', 'MB', 'GB'):

@@ -12,7 +12,7 @@ from contextlib import contextmanager, suppress
 import torch, torch.distributed as dist
 from .ranks import *
 from .watch import *
-from .watch import _beat, _side, _exit_hook, _within, _fail_key, _reports, ranks_apart, waiting_in, silent_ranks, behind_ranks, apart_message, ended_ranks
+from .watch import beat_state, side_groups, exit_hook, within_seconds, fail_key, fresh_reports, ranks_apart, waiting_in, silent_ranks, behind_ranks, apart_message, ended_ranks
 _all_ = ['live', 'rank', 'world', 'is_main', 'coordinating', 'ddp_timeout', 'DistTimeout', 'PeerFailed', 'CheckpointMismatch',   # `from ddpsafe.core import *`
          'STUCK_EXIT_CODE', 'APART_BEATS', 'start_heartbeat', 'stop_heartbeat', 'RanksApart', 'release_side_group']   # gives 0.3.0's names
 
@@ -38,20 +38,20 @@ def report_failure(e:BaseException): # This rank's own error
     try:
         store = dist.distributed_c10d._get_default_store().clone()
         store.set_timeout(timedelta(seconds=2))
-        store.set(_fail_key(rank()), f'failed with {error_line(e)[:1000]}')
+        store.set(fail_key(rank()), f'failed with {error_line(e)[:1000]}')
     except Exception: pass                               # no store to tell: the others fall back to the heartbeats
 
 def failed_ranks() -> dict:
     "Other ranks that reported a failure: {rank: what happened, e.g. 'failed with ValueError: ...'}"
-    if not _beat: return {}
-    store, keys = _beat['reader'], {r: _fail_key(r) for r in range(world()) if r != rank()}
-    try: return _within(lambda: {r: store.get(k).decode() for r,k in keys.items() if store.check([k])}, 2*_beat['every'])
+    if not beat_state: return {}
+    store, keys = beat_state['reader'], {r: fail_key(r) for r in range(world()) if r != rank()}
+    try: return within_seconds(lambda: {r: store.get(k).decode() for r,k in keys.items() if store.check([k])}, 2*beat_state['every'])
     except Exception: return {}
 
 def forget_failure():
     "Remove this rank's reported failure (a new training block starts)"
-    if not _beat: return
-    with suppress(Exception): _beat['reader'].delete_key(_fail_key(rank()))
+    if not beat_state: return
+    with suppress(Exception): beat_state['reader'].delete_key(fail_key(rank()))
 
 # %% ../nbs/00_core.ipynb #b7e10a06
 _UNREACHABLE = re.compile(r'[Tt]imed? ?out|[Cc]losed|reset by peer|[Bb]roken pipe|refused')
@@ -92,18 +92,18 @@ def bound_process_group():
     start_heartbeat(); forget_failure()
 
 # %% ../nbs/00_core.ipynb #3204cf94
-_thread = threading.local()    # a thread's purpose; `_side` (in `ddpsafe.watch`): purpose -> weak references to the user's group and ours
+_thread = threading.local()    # a thread's purpose; `side_groups` (in `ddpsafe.watch`): purpose -> weak references to the user's group and ours
 
 def side_group(purpose:str|None=None): # What the group is for; default: the calling thread's (`using_side_group`), else 'agree'
     "ddpsafe's gloo group beside the default one, one per purpose"
     purpose = purpose or getattr(_thread, 'purpose', None) or 'agree'
-    pg, held = dist.group.WORLD, _side.get(purpose)
+    pg, held = dist.group.WORLD, side_groups.get(purpose)
     g = held['group']() if held else None
     if g is None or held['pg']() is not pg:
         start_heartbeat()                                # first: a rank waiting in `new_group` says so
         g = dist.new_group(backend='gloo', timeout=timedelta(seconds=ddp_timeout()))
-        _side[purpose] = dict(pg=weakref.ref(pg), group=weakref.ref(g))
-        _exit_hook()
+        side_groups[purpose] = dict(pg=weakref.ref(pg), group=weakref.ref(g))
+        exit_hook()
     return g
 
 @contextmanager
@@ -134,7 +134,7 @@ class RemoteTraceback(Exception):
     def __init__(self, tb:str): self.tb = tb
     def __str__(self): return self.tb
 
-def _portable(e:BaseException) -> BaseException:
+def portable_error(e:BaseException) -> BaseException:
     "`e`, or a picklable `RuntimeError` in its place"
     try: pickle.loads(pickle.dumps(e)); return e
     except Exception: return RuntimeError(f'{type(e).__name__}: {e}')
@@ -144,7 +144,7 @@ def _run(f, args, kwargs):
     try: out = ('ok', f(*args, **kwargs))
     except BaseException as e: out = ('err', e)
     try:
-        msg = out if out[0]=='ok' else ('err', _portable(out[1]), ''.join(traceback.format_exception(out[1])))
+        msg = out if out[0]=='ok' else ('err', portable_error(out[1]), ''.join(traceback.format_exception(out[1])))
         return out, pickle.dumps(msg)
     except Exception as e:
         err = TypeError(f'{getattr(f, "__name__", f)} returned an object that can not be sent to other ranks: {e}')
@@ -184,13 +184,13 @@ def _wait_for_main(store, key:str,
                   ) -> bytes:
     "The bytes left at `key`; `RanksApart` when the ranks are found waiting apart, `DistTimeout` past `DDPSAFE_TIMEOUT`"
     start_heartbeat()
-    every, t0, pause, here = (_beat or {}).get('every', 2.), time.monotonic(), 0.001, None
+    every, t0, pause, here = (beat_state or {}).get('every', 2.), time.monotonic(), 0.001, None
     while not store.check([key]):
         time.sleep(pause); pause = min(2*pause, 0.05)
         waited = time.monotonic() - t0
         if waited >= APART_BEATS*every:
             here = here or waiting_in(sys._getframe())
-            reports = _reports(store, dict(at=time.time(), wait=dict(here, secs=waited)), every)
+            reports = fresh_reports(store, dict(at=time.time(), wait=dict(here, secs=waited)), every)
             if on_apart is not None and len(reports) < world(): on_apart()   # a rank that says nothing: none of its calls waits for this one
             elif msg := ranks_apart(reports, APART_BEATS*every):
                 if on_apart is None: raise RanksApart(msg, [0])

@@ -18,7 +18,7 @@ from .ranks import *
 from .watch import release_side_group
 from .learner import start_process_group
 from .patching import patch_fastai
-from .sharded import _device
+from .sharded import model_device
 from .ranks import is_dtensor
 from .core import name_failure
 
@@ -53,7 +53,7 @@ def shard_model(model:nn.Module, # The model, changed in place
 def compute_device(model:nn.Module) -> torch.device:
     "Where the sharded `model` computes: its mesh's device, whatever the backend; the shards may be offloaded to the CPU"
     p = next((p for p in model.parameters() if is_dtensor(p)), None)
-    if p is None: return _device(model)
+    if p is None: return model_device(model)
     kind = p.device_mesh.device_type
     return torch.device(kind) if kind == 'cpu' else torch.device(kind, getattr(torch, kind).current_device())
 
@@ -66,7 +66,7 @@ def unshard_model(sharded:nn.Module, # A model `shard_model` sharded
                   skeleton:nn.Module # Its `meta_copy`, taken before sharding
                  ) -> nn.Module:
     "`skeleton` holding `sharded`'s full weights and buffers: a plain module; collective"
-    skeleton.to_empty(device=_device(sharded))
+    skeleton.to_empty(device=model_device(sharded))
     target = skeleton.state_dict(keep_vars=True)
     with torch.no_grad():
         for k, v in sharded.state_dict().items(): target[k].copy_(v.full_tensor() if is_dtensor(v) else v)   # one whole tensor at a time
@@ -107,7 +107,7 @@ def learner_fsdp_ctx(self,
             bound_process_group()
             skeleton = meta_copy(self.model)
             shard_model(self.model, min_params, policy, **kwargs)
-            self.opt, cb = None, ShardedTrainer(_device(self.model), compute_device(self.model))
+            self.opt, cb = None, ShardedTrainer(model_device(self.model), compute_device(self.model))
             self.add_cb(cb)
             if rank() and hasattr(self, 'progress'): bar = self.progress; self.remove_cb(bar)   # one progress bar, rank 0's
         yield self

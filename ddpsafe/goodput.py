@@ -9,7 +9,7 @@ from __future__ import annotations
 import os, sys, json as jsonlib, time, socket
 from pathlib import Path
 from fastcore.script import call_parse
-from .interval import LAUNCHES, COUNTERS, counters_of, _span
+from .interval import LAUNCHES, COUNTERS, counters_of, span_words
 
 # %% auto #0
 __all__ = ['BUCKETS', 'read_history', 'account', 'report_text', 'plot_goodput', 'goodput_report', 'ddpsafe_goodput']
@@ -129,16 +129,16 @@ def report_text(rep:dict,    # What `account` returned
     "The report as a person reads it"
     w, ls = rep['wall_seconds'], rep['launches']
     if not ls: return f'ddpsafe-goodput: no launch recorded in {folder}'
-    out = [f"{folder}: {len(ls)} launch{'es'*(len(ls) != 1)}, {_span(w)} from the first one's start to the {'last one' if ls[-1]['ended'] != 'running' else 'present'}",
-           f"goodput {_pct(rep['buckets']['productive'], w).strip()}: {_span(rep['buckets']['productive'])} of steps the final model kept "
+    out = [f"{folder}: {len(ls)} launch{'es'*(len(ls) != 1)}, {span_words(w)} from the first one's start to the {'last one' if ls[-1]['ended'] != 'running' else 'present'}",
+           f"goodput {_pct(rep['buckets']['productive'], w).strip()}: {span_words(rep['buckets']['productive'])} of steps the final model kept "
            f"({rep['kept_steps']} steps); {rep['lost_steps']} step{'s'*(rep['lost_steps'] != 1)} computed then lost", 'badput:']
-    out += [f'  {BUCKETS[k]:<17} {_span(v):>9}  {_pct(v, w)}' for k, v in rep['buckets'].items() if k != 'productive']
+    out += [f'  {BUCKETS[k]:<17} {span_words(v):>9}  {_pct(v, w)}' for k, v in rep['buckets'].items() if k != 'productive']
     out.append('launches:')
     for i, l in enumerate(ls):
         worst = sorted(((v, k) for k, v in l['buckets'].items() if k != 'productive' and v > 0.005*max(w, 1e-9)), reverse=True)[:3]
         out.append(f"  {i+1:>2} {time.strftime('%H:%M:%S', time.localtime(l['began']))}  {l['ended']:<9} steps {l['resumed_from']}-{l['step']}: "
-                   f"{l['kept_steps']} kept, {l['lost_steps']} lost; cost {_span(l['cost_seconds'])}"
-                   + (f" ({', '.join(f'{BUCKETS[k]} {_span(v)}' for v, k in worst)})" if worst else ''))
+                   f"{l['kept_steps']} kept, {l['lost_steps']} lost; cost {span_words(l['cost_seconds'])}"
+                   + (f" ({', '.join(f'{BUCKETS[k]} {span_words(v)}' for v, k in worst)})" if worst else ''))
     out += [f'  launch {i+1}: inferred: {why}' for i, l in enumerate(ls) for why in l['inferred']]
     return '\n'.join(out)
 
@@ -161,7 +161,7 @@ def plot_goodput(rep:dict,       # What `account` returned
     ax.set_yticks(range(len(ls)), [f"{i+1}: {l['ended']}" for i, l in enumerate(ls)]); ax.invert_yaxis()
     ax.set_xlabel('seconds since the first launch began'); ax.set_ylabel('launch')
     g = rep['goodput']
-    ax.set_title(title or (f"goodput {100*g:.1f}% of {_span(rep['wall_seconds'])}; {rep['lost_steps']} steps lost" if g is not None else 'no launch recorded'))
+    ax.set_title(title or (f"goodput {100*g:.1f}% of {span_words(rep['wall_seconds'])}; {rep['lost_steps']} steps lost" if g is not None else 'no launch recorded'))
     ax.legend(handles=[Patch(color=_COLOURS[k], label=BUCKETS[k]) for k in BUCKETS], loc='upper center', bbox_to_anchor=(0.5, -0.35 - 0.05*(len(ls) < 3)), ncol=4, frameon=False)
     fig.tight_layout()
     if fname is not None: fig.savefig(fname, dpi=110, bbox_inches='tight')

@@ -140,25 +140,26 @@ def interval_moved(said:float|None, # The interval rank 0 last said; `None`: non
     return said is None or not (1/CHANGE_TO_SAY < now/said < CHANGE_TO_SAY)
 
 # %% ../nbs/06a_interval.ipynb #82653514
-def _span(s:float) -> str:
+def span_words(s:float) -> str:
     "Seconds in words a person reads at a glance"
     return '0 s' if s == 0 else f'{s*1000:.3g} ms' if s < 1 else f'{s:.3g} s' if s < 120 else f'{s/60:.3g} min' if s < 7200 else f'{s/3600:.3g} h'
 
+# %% ../nbs/06a_interval.ipynb #5b6d11ec
 def interval_note(ch:dict # What `choose_interval` returned
                  ) -> str:
     "Rank 0's message: the interval chosen, and why"
     n = ch['failures']
-    seen = (f"no failure in {_span(ch['run_seconds'])} of {ch['launches']-1} launch{'es'*(ch['launches']!=2)} before this one" if n == 0 and ch['launches'] > 1
+    seen = (f"no failure in {span_words(ch['run_seconds'])} of {ch['launches']-1} launch{'es'*(ch['launches']!=2)} before this one" if n == 0 and ch['launches'] > 1
             else 'no launch recorded before this one' if n == 0
-            else f"{n} failure{'s'*(n>1)} in {_span(ch['run_seconds'])} of {ch['launches']-1} launch{'es'*(ch['launches']!=2)} before this one")
-    m = f"M = {_span(ch['m'])} between failures ({seen}; the prior, {_span(PRIOR_MTBF)}, counted as {PRIOR_WEIGHT:g})"
+            else f"{n} failure{'s'*(n>1)} in {span_words(ch['run_seconds'])} of {ch['launches']-1} launch{'es'*(ch['launches']!=2)} before this one")
+    m = f"M = {span_words(ch['m'])} between failures ({seen}; the prior, {span_words(PRIOR_MTBF)}, counted as {PRIOR_WEIGHT:g})"
     head = f"ddpsafe: every_seconds='auto': "
-    if ch['rule'] == 'first': return head + f"no save measured yet: the first timed save after {_span(ch['seconds'])}, then the interval from its cost; {m}"
-    given = f"c = {_span(ch['c'])} blocked per save (measured in {ch['measured']}), {m}, R = {_span(ch['r'])}{'' if ch['restart'] is not None else ' (none measured yet)'}"
+    if ch['rule'] == 'first': return head + f"no save measured yet: the first timed save after {span_words(ch['seconds'])}, then the interval from its cost; {m}"
+    given = f"c = {span_words(ch['c'])} blocked per save (measured in {ch['measured']}), {m}, R = {span_words(ch['r'])}{'' if ch['restart'] is not None else ' (none measured yet)'}"
     why = {'young': f"√(2·c·(M+R)), with {given}",
-           'floor': f"100·c, so that saves block training at most {MAX_SHARE:.0%} of the time; √(2·c·(M+R)) = {_span(ch['young'])}, with {given}",
-           'write': f"the background write's time, so that writes never queue; √(2·c·(M+R)) = {_span(ch['young'])}, with {given}"}[ch['rule']]
-    return head + f"a save every {_span(ch['seconds'])} = " + why
+           'floor': f"100·c, so that saves block training at most {MAX_SHARE:.0%} of the time; √(2·c·(M+R)) = {span_words(ch['young'])}, with {given}",
+           'write': f"the background write's time, so that writes never queue; √(2·c·(M+R)) = {span_words(ch['young'])}, with {given}"}[ch['rule']]
+    return head + f"a save every {span_words(ch['seconds'])} = " + why
 
 # %% ../nbs/06a_interval.ipynb #6a7e0002
 def _quietly(f, folder, *args, **kwargs):

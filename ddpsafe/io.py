@@ -13,7 +13,7 @@ import safetensors.torch as st
 from .core import *
 from .ranks import *
 from .watch import RanksApart
-from .core import _portable
+from .core import portable_error
 from .commit import fsync_path, errno_of, commit_file, FileWriter, file_digest, storage_for, as_path
 from .core import broadcast_bytes
 _all_ = ['commit_file', 'FileWriter']
@@ -37,7 +37,8 @@ def _overlapping(tensors:dict) -> list:
         if e > end: end, last = e, k
     return sorted(out)
 
-def _safetensors_header(tensors:dict, metadata:dict|None=None) -> tuple:
+# %% ../nbs/02_io.ipynb #a4d4a413
+def safetensors_header(tensors:dict, metadata:dict|None=None) -> tuple:
     "The header of `tensors` as safetensors (wider dtypes first, then by name, as safetensors orders them) and the tensors in that order"
     if bad := [f'{k} ({t.dtype})' for k, t in tensors.items() if t.dtype not in _ST_NAMES]: raise ValueError(f'safetensors cannot hold {", ".join(bad)}')
     if shared := _overlapping(tensors): raise RuntimeError(f'tensors {shared} share memory: save them once (a model through `save_model`)')
@@ -50,12 +51,13 @@ def _safetensors_header(tensors:dict, metadata:dict|None=None) -> tuple:
     h += b' '*(-len(h) % 8)                              # the data starts 8-byte aligned
     return struct.pack('<Q', len(h)) + h, [tensors[k] for k in order]
 
+# %% ../nbs/02_io.ipynb #e61619a6
 def safetensors_writer(tensors:dict, # Name -> tensor, on any device
                        metadata:dict|None=None # Text only, stored in the header
                       ) -> FileWriter:
     "A `FileWriter` of `tensors` as safetensors, a tensor at a time: `safetensors.torch.save`'s bytes, never the whole file in memory"
     def write(f):
-        head, order = _safetensors_header({k: v.detach() for k, v in tensors.items()}, metadata)
+        head, order = safetensors_header({k: v.detach() for k, v in tensors.items()}, metadata)
         f.write(head)
         for t in order:
             if t.numel(): f.write(memoryview(t.contiguous().reshape(-1).view(torch.uint8).cpu().numpy()))
@@ -65,17 +67,19 @@ def _safetensors_writer(obj):
     "A writer of `obj` as safetensors: a module through `save_model` (tied weights once), a dict streamed"
     return (lambda p: st.save_model(obj, str(p))) if isinstance(obj, torch.nn.Module) else safetensors_writer(obj)
 
-def _zip_crc(on:bool):
+# %% ../nbs/02_io.ipynb #406f105b
+def zip_crc(on:bool):
     "A context where `torch.save` computes its zip CRC-32s, or not"
     config = getattr(getattr(torch.utils, 'serialization', None), 'config', None)   # torch >= 2.7
     return contextlib.nullcontext() if on or config is None else config.patch({'save.compute_crc32': False})
 
+# %% ../nbs/02_io.ipynb #11466503
 def torch_writer(obj,
                  crc32:bool=True,  # Let `torch.save` compute its CRC-32s; `False` where a checksum of our own covers the file
                  **torch_save_kwargs) -> FileWriter:
     "A `FileWriter` of `obj` with `torch.save`"
     def write(f):
-        with _zip_crc(crc32): torch.save(obj, f, **torch_save_kwargs)
+        with zip_crc(crc32): torch.save(obj, f, **torch_save_kwargs)
     return FileWriter(write)
 
 # %% ../nbs/02_io.ipynb #e6fb9801
@@ -206,7 +210,7 @@ def collective_read(path:Path|str,    # The file to read
     else: data = None if expect is not None and not any_rank(not _matches(path, expect)) else _same_bytes(path)
     try: res, err = parse(data), None
     except Exception as e: res, err = None, e
-    first = next((e for e in all_ranks(err if err is None else _portable(err)) if e is not None), None)
+    first = next((e for e in all_ranks(err if err is None else portable_error(err)) if e is not None), None)
     if first is not None: raise err if err is not None else first
     return res
 

@@ -119,10 +119,11 @@ def read_manifest(folder:Path|str,
     return m
 
 # %% ../nbs/05_manifest.ipynb #4b750c10
-def _sizes(folder, storage=None) -> dict:
+def file_sizes(folder, storage=None) -> dict:
     "File name -> size, for the files in `folder` (one listing on object storage)"
     return (storage or storage_for(folder)).sizes(folder)
 
+# %% ../nbs/05_manifest.ipynb #46a08461
 def check_checkpoint(folder:Path|str,      # A checkpoint folder
                      checksums:bool=True,  # Also compare checksums (reads every file), not only sizes?
                      storage=None          # The storage it is on, when the caller knows it (`storage_for` by default)
@@ -141,7 +142,7 @@ def _digests(folder, names:list, storage=None) -> dict:
 
 def _problems(folder, m:dict, checksums:bool, storage=None) -> list:
     "How `folder` differs from its manifest `m`"
-    problems, sizes, sized = [], _sizes(folder, storage), []
+    problems, sizes, sized = [], file_sizes(folder, storage), []
     for name, want in m['files'].items():
         f = folder/name
         if (size := sizes.get(name)) is None: problems.append(f'{f}: listed in the manifest, missing on disk'); continue

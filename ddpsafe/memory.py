@@ -13,7 +13,7 @@ from fastcore.basics import patch
 from .core import on_main, is_main
 from .commit import storage_for, discard, is_url
 from .manifest import *
-from .snapshot import Tier, AsyncWriter, StateBuffers, _pace
+from .snapshot import Tier, AsyncWriter, StateBuffers, write_pace
 from .io import checkpoint_writers
 from .slots import sealed_slots, read_seal
 from .slot_copy import SlotPipe, everywhere
@@ -150,7 +150,7 @@ def skip_note(self:MemoryTier, step:int # The step whose memory save is skipped
     took = max(ran, last or 0)
     return (f'ddpsafe: memory tier {self.folder}: step {step} not saved there, the write of step {self.step} is still in flight after {ran:.2g} s '
             f'({step - self.step} steps)' + (f', the one before it took {last:.2g} s' if last is not None else '') + '; a memory save never waits: '
-            f'while a write takes longer than {self.every_steps} steps, some are skipped; memory saves {_pace(took, step - self.step, ran, "memory_every_steps")} apart '
+            f'while a write takes longer than {self.every_steps} steps, some are skipped; memory saves {write_pace(took, step - self.step, ran, "memory_every_steps")} apart '
             'would skip none (said once per fit)')
 
 @patch

@@ -19,7 +19,7 @@ from .io import writer_for, checkpoint_writers   # `from ddpsafe.parts import ch
 from .manifest import uncompiled_key
 from .sharded import is_sharded, full_weights, load_full_weights, full_optimizer_state, shard_optimizer_state
 from .training_state import *   # `from ddpsafe.parts import Part, register_part, TrainingState` still works
-from .training_state import _stateful
+from .training_state import has_state_dict
 _all_ = ['PART_MAKERS', 'Part', 'register_part', 'UserState', 'TrainingState']   # the registry's, as `from ddpsafe.parts import *` gave
 
 # %% auto #0
@@ -38,17 +38,19 @@ def model_weights(model) -> dict:
         seen.add(key); out[uncompiled_key(k)] = v
     return out
 
-def _tied(m) -> set:
+# %% ../nbs/07b_parts.ipynb #d28e4338
+def tied_names(m) -> set:
     "State-dict names that repeat a parameter under another name"
     return set(m.state_dict()) - {n for n, _ in m.named_parameters()} - {n for n, _ in m.named_buffers()}
 
+# %% ../nbs/07b_parts.ipynb #9242f9db
 def load_weights(model, weights:dict, file):
     "Load `weights` from `file` into the unwrapped `model`"
     m = get_model(model)
     names = {uncompiled_key(k): k for k in m.state_dict()}
     weights = {names.get(k, k): v for k, v in weights.items()}     # plain keys, as this model (compiled or not) names them
-    if is_sharded(m): return load_full_weights(m, weights, file, optional=_tied(m))
-    tied = _tied(m)
+    if is_sharded(m): return load_full_weights(m, weights, file, optional=tied_names(m))
+    tied = tied_names(m)
     try: missing, unexpected = m.load_state_dict(weights, strict=False)
     except RuntimeError as e: raise CheckpointMismatch(f'{file} does not fit this model: {e}') from e
     missing = [k for k in missing if k not in tied]
@@ -331,7 +333,7 @@ def callback_parts(learn:Learner) -> list:
     "A part for each callback of the fit whose class defines `state_dict` and `load_state_dict`"
     out, seen = [], {}
     for cb in learn.cbs:
-        if not _stateful(cb): continue
+        if not has_state_dict(cb): continue
         seen[cb.name] = seen.get(cb.name, 0) + 1
         out.append(UserState(cb.name if seen[cb.name] == 1 else f'{cb.name}_{seen[cb.name]}', cb))
     return out
@@ -365,7 +367,7 @@ def unsaved_callbacks_note(learn:Learner, # The learner of the fit that resumes
     "What rank 0 says, as a fit resumes, of your callbacks with state of their own and no `state_dict`; `None` if there are none"
     saved, lost = [p.obj for p in state if isinstance(p, UserState)], {}
     for cb in learn.cbs:
-        if _stateful(cb) or _library_callback(cb): continue
+        if has_state_dict(cb) or _library_callback(cb): continue
         if attrs := own_attributes(cb, saved): lost.setdefault(type(cb).__name__, attrs)
     if not lost: return None
     many = len(lost) > 1

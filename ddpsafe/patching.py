@@ -7,7 +7,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/patching.html.md"""
 # %% ../nbs/00b_patching.ipynb #e8f736e9
 from __future__ import annotations
 import sys, importlib.abc, importlib.util
-from .watch import _stands_for
+from .watch import stands_for
 
 # %% auto #0
 __all__ = ['fastai_stock', 'fastai_patches', 'patch_fastai']
@@ -73,7 +73,7 @@ def patch_fastai(module:str, # The module that defines the target: 'fastai.callb
         if other := next((m for m, t in fastai_patches if t == target and m != module), None):
             raise ValueError(f"patch_fastai: {target} is patched in {other} already, and `fastai_stock` keeps one original per name")
         fastai_patches[module, target] = f
-        if hasattr(f, '__code__'): _stands_for[f.__code__] = target   # `where_waiting` reads its frames as the method's
+        if hasattr(f, '__code__'): stands_for[f.__code__] = target   # `where_waiting` reads its frames as the method's
         if module in sys.modules: _apply(module, target, f)
         else:
             if module not in _waiting: when_imported(module, lambda: _apply_waiting(module))

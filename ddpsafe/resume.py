@@ -26,7 +26,7 @@ from .training_state import LEGACY_PARTS, check_parts
 __all__ = ['setup_signature', 'choose_checkpoint', 'read_checkpoint_file', 'restore']
 
 # %% ../nbs/07e_resume.ipynb #28b6d383
-def _name(f) -> str:
+def callable_name(f) -> str:
     "A readable name for a function, partial or object"
     f = getattr(f, 'func', f)
     return getattr(f, '__name__', type(f).__name__)
@@ -47,8 +47,8 @@ def model_signature(model) -> dict:
 def optimizer_signature(learn:Learner) -> dict:
     "The optimizer's name, steps and hyper-parameter names"
     opt = learn.opt
-    steps = [type(opt.opt).__name__] if isinstance(opt, OptimWrapper) else [_name(f) for f in opt.cbs]
-    return dict(name=_name(learn.opt_func), steps=steps, hypers=sorted(opt.hypers[0]) if len(opt.hypers) else [])
+    steps = [type(opt.opt).__name__] if isinstance(opt, OptimWrapper) else [callable_name(f) for f in opt.cbs]
+    return dict(name=callable_name(learn.opt_func), steps=steps, hypers=sorted(opt.hypers[0]) if len(opt.hypers) else [])
 
 # %% ../nbs/07e_resume.ipynb #7ee2adb1
 _FIT_METHODS = ('fine_tune', 'fit_one_cycle', 'fit_flat_cos', 'fit_sgdr', 'fit')

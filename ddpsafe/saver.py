@@ -18,12 +18,12 @@ from .commit import storage_for
 from .io import prepare_dir
 from .owner import claim_checkpoints
 from .manifest import *
-from .snapshot import StateBuffers, AsyncWriter, Tier, _pace
+from .snapshot import StateBuffers, AsyncWriter, Tier, write_pace
 from .sharded import write_in_shards, in_shards_to   # how a checkpoint is written in shards, and whether it is
 from .parts import checkpoint_writers
 from .upload import Uploader
-from .slots import slots_home, read_seal, sealed_slots, persist_slot, unseal, LinkedFile, still_committed, STOP_STALL, _size
-from .slot_copy import SlotPipe, SlotRing, everywhere, skeleton, _marks, slot_bytes
+from .slots import slots_home, read_seal, sealed_slots, persist_slot, unseal, LinkedFile, still_committed, STOP_STALL, size_words
+from .slot_copy import SlotPipe, SlotRing, everywhere, skeleton, tensor_marks, slot_bytes
 from .preempt import stop_coming
 from .core import using_side_group
 
@@ -34,8 +34,8 @@ __all__ = ['SHM_FIX', 'Saver', 'slots_room', 'fit_saver']
 _COMP_NAMES = {np.less: 'less', operator.lt: 'less', np.greater: 'greater', operator.gt: 'greater'}   # the writer process has no numpy
 def _comp_name(comp) -> str|None: return _COMP_NAMES.get(comp)
 def _fingerprints(files:dict) -> dict:
-    "Per file: its structure as `torch.save` pickles it and each tensor's (storage, version); `None` where it is never known unchanged (`_marks`)"
-    return {n: None if m is None else (skeleton(files[n])[0], m) for n, m in _marks(files).items()}
+    "Per file: its structure as `torch.save` pickles it and each tensor's (storage, version); `None` where it is never known unchanged (`tensor_marks`)"
+    return {n: None if m is None else (skeleton(files[n])[0], m) for n, m in tensor_marks(files).items()}
 
 def _pipeable(comp) -> bool: return comp is None or comp in _COMP_NAMES   # another comparison can not cross the pipe: the trainer commits
 
@@ -204,7 +204,7 @@ def wait_note(self:Saver, step:int, # The step whose save waited
     "Rank 0's line: a save waited for the background write before it, how long that write took, and how far apart saves must be not to wait"
     (before, at), took = self.submitted, self.write_seconds
     return (f'ddpsafe: the save of step {step} waited {waited:.2g} s for the background write of step {before}: that write took {took:.2g} s, '
-            f'and the saves came {due - at:.2g} s ({step - before} steps) apart; saves {_pace(took, step - before, due - at)} apart would not wait (said once per fit)')
+            f'and the saves came {due - at:.2g} s ({step - before} steps) apart; saves {write_pace(took, step - before, due - at)} apart would not wait (said once per fit)')
 
 
 # %% ../nbs/07f_saver.ipynb #f435d520
@@ -244,10 +244,10 @@ def _place_slots(self:Saver, n:int) -> tuple:
     full = ring.count
     if (room := slots_room(ring.folder)) >= n*full:
         if mem is None and room < n*(full + 1) and _shown(ring.folder) == '/dev/shm':   # they fit, and nothing more would: said, for what does not
-            print(f'ddpsafe: the async saves\' slot{"s"[:full>1]} ({_size(n*full)}) {"are" if full > 1 else "is"} in {ring.folder}, with {_size(room)} free in /dev/shm: '
+            print(f'ddpsafe: the async saves\' slot{"s"[:full>1]} ({size_words(n*full)}) {"are" if full > 1 else "is"} in {ring.folder}, with {size_words(room)} free in /dev/shm: '
                   f'no room for another (`async_slots={full + 1}`) nor for the memory tier. For them, {SHM_FIX.format(size=_shm_size(n*(full + 2)))}')
         return None, False
-    lacks = f'ddpsafe: {_shown(ring.folder, mem)} has {_size(room)} free, and {"the memory tier needs" if mem is not None else "async saves need"} {_size(n*full)} ({full} slot{"s"[:full>1]} the size of the state)'
+    lacks = f'ddpsafe: {_shown(ring.folder, mem)} has {size_words(room)} free, and {"the memory tier needs" if mem is not None else "async saves need"} {size_words(n*full)} ({full} slot{"s"[:full>1]} the size of the state)'
     fix = SHM_FIX.format(size=_shm_size(n*full + (1 << 20)))
     named = ', or name a folder of this node with `memory_path`' if mem is not None else ''
     if mem is not None:
@@ -268,7 +268,7 @@ def _place_slots(self:Saver, n:int) -> tuple:
               f'into its page cache, the writer process reads it there). For RAM, {fix}')
         return ('no room' if mem is not None else None), False
     self.pipe.close()
-    print(f'{lacks}: {tier}{home} has no room for one either ({_size(there)} free there): the async saves are written by the training process, synchronously. {fix[0].upper()}{fix[1:]}')
+    print(f'{lacks}: {tier}{home} has no room for one either ({size_words(there)} free there): the async saves are written by the training process, synchronously. {fix[0].upper()}{fix[1:]}')
     return ('no room' if mem is not None else None), True
 
 

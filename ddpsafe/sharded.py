@@ -24,11 +24,13 @@ def is_sharded(model # A model, or a `Learner`'s `model` under DDP
     fsdp = loaded_class('torch.distributed.fsdp', 'FSDPModule')   # not imported: nothing is sharded
     return any(isinstance(o, fsdp) for o in get_model(model).modules())
 
-def _device(model) -> torch.device:
+# %% ../nbs/02a_sharded.ipynb #610129ec
+def model_device(model) -> torch.device:
     "Where `model`'s parameters (or their shards) live"
     p = next(model.parameters(), None)
     return torch.device('cpu') if p is None else p.to_local().device if is_dtensor(p) else p.device
 
+# %% ../nbs/02a_sharded.ipynb #3b08058e
 def full_weights(model # A model that FSDP2 sharded
                 ) -> dict:
     "The sharded `model`'s full `state_dict` on rank 0's CPU (`{}` elsewhere); collective"
@@ -89,7 +91,7 @@ import pickle, warnings
 from pathlib import Path
 import functools
 from .commit import file_digest, errno_of
-from .io import UnsafePickleError, _zip_crc
+from .io import UnsafePickleError, zip_crc
 from .manifest import CorruptCheckpoint, SHARD_INDEX
 
 # %% ../nbs/02a_sharded.ipynb #43529e19
@@ -122,7 +124,7 @@ def write_shards(state:dict,   # Flat: name -> tensor or `DTensor`
                 ) -> dict:
     "Write this rank's shards of `state` into `folder`: {file: size and xxh3}; collective"
     import torch.distributed.checkpoint as dcp
-    with _zip_crc(False):   # DCP `torch.save`s each piece; the manifest's checksums cover the files, as `torch_writer(crc32=False)`'s
+    with zip_crc(False):   # DCP `torch.save`s each piece; the manifest's checksums cover the files, as `torch_writer(crc32=False)`'s
         dcp.save(state, storage_writer=dcp.FileSystemWriter(folder, thread_count=1), process_group=group)
     r = dist.get_rank(group) if coordinating() else 0
     return {n: dict(size=(folder/n).stat().st_size, xxh3=file_digest(folder/n)) for n in shard_names(folder, r)}
@@ -176,7 +178,7 @@ def dcp_error():
     from torch.distributed.checkpoint.api import CheckpointException
     return CheckpointException
 
-def _failures(e:BaseException) -> list:
+def rank_failures(e:BaseException) -> list:
     "(errno, words) for each rank's failure in `e`; DCP's `CheckpointException` holds every rank's"
     fails = getattr(e, 'failures', None) if isinstance(e, loaded_class('torch.distributed.checkpoint.api', 'CheckpointException')) else None
     pairs = [(r, f[0] if isinstance(f, tuple) else f) for r, f in sorted(fails.items())] if isinstance(fails, dict) else [(rank(), e)]
@@ -213,7 +215,7 @@ from .manifest import checkpoint_folder, fill_checkpoint, checkpoint_name
 def _attempt(f) -> tuple:
     "(`f()`, []), or (`None`, what went wrong, rank by rank)"
     try: return f(), []
-    except (Exception, dcp_error()) as e: return None, _failures(e)
+    except (Exception, dcp_error()) as e: return None, rank_failures(e)
 
 def _sees(folder:Path):
     if not folder.is_dir(): raise FileNotFoundError(errno.ENOENT, f'{folder}, which rank 0 created, is not there: a sharded checkpoint '

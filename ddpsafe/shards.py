@@ -15,9 +15,9 @@ from .core import *
 from .ranks import *
 from .manifest import *
 from .snapshot import map_tensors
-from .sharded import SHARD_PLACEHOLDER, fill_placeholders, read_shards, read_shard_index, fit_problems, dcp_error, _failures
+from .sharded import SHARD_PLACEHOLDER, fill_placeholders, read_shards, read_shard_index, fit_problems, dcp_error, rank_failures
 from .learner import CheckpointMismatch
-from .parts import ModelState, OptimizerState, _tied
+from .parts import ModelState, OptimizerState, tied_names
 from .ranks import is_dtensor
 from .manifest import uncompiled_key
 
@@ -29,7 +29,7 @@ __all__ = ['shard_state']
 def shards(self:ModelState) -> tuple:
     "The model's tensors as `write_shards` takes them, under `model.`; nothing is left for `model.safetensors`"
     m = get_model(self.learn.model)
-    tied = _tied(m)
+    tied = tied_names(m)
     return {f'model.{uncompiled_key(k)}': v for k, v in m.state_dict().items() if k not in tied}, None
 
 @patch
@@ -52,7 +52,7 @@ def _together(f):
     "`f()` on every rank; a failure on any rank raised on all (each its own where it failed); collective"
     try: res, mine = f(), None
     except (Exception, dcp_error()) as e: res, mine = None, e
-    errs = [e for es in all_ranks(_failures(mine) if mine is not None else []) for e in es]
+    errs = [e for es in all_ranks(rank_failures(mine) if mine is not None else []) for e in es]
     if isinstance(mine, Exception): raise mine           # this rank's own, as it was
     if errs: raise CorruptCheckpoint('; '.join(m for _, m in dict.fromkeys(errs)))
     return res
@@ -88,7 +88,7 @@ def load_weight_shards(model, # The model, sharded or not
     m = get_model(model)
     now = {uncompiled_key(k): v for k, v in m.state_dict().items()}
     saved = {k[len('model.'):]: tuple(v.size) for k, v in index.state_dict_metadata.items() if k.startswith('model.')}
-    if problems := fit_problems({k: tuple(v.shape) for k, v in now.items()}, saved, {uncompiled_key(k) for k in _tied(m)}):
+    if problems := fit_problems({k: tuple(v.shape) for k, v in now.items()}, saved, {uncompiled_key(k) for k in tied_names(m)}):
         raise CheckpointMismatch(f'{ck/SHARD_INDEX} does not fit this model: {problems}')
     read_shards({f'model.{k}': v for k, v in now.items() if k in saved}, ck)    # in place, into the parameters
 

@@ -10,12 +10,12 @@ import io, os, time, uuid, errno, base64, pickle, warnings, threading, contextli
 from pathlib import Path
 import torch
 from fastcore.basics import patch
-from .io import _safetensors_header
+from .io import safetensors_header
 from .core import on_main, is_main
 from .watch import waiting_for
 from .commit import temporaries, storage_for
 from .slots import make_slot, seal, unseal, read_seal, aligned, slots_home, SLOT_DATA, WriterStalled
-from .slots import SlotWriter, WriterGone, persist_slot, wait_previous_writer, _ended, STOP_STALL
+from .slots import SlotWriter, WriterGone, persist_slot, wait_previous_writer, ended_words, STOP_STALL
 
 # %% auto #0
 __all__ = []
@@ -49,7 +49,7 @@ def plan_slot(files:dict # A checkpoint's files: name -> a dict of tensors (`.sa
         if isinstance(c, (bytes, bytearray)): recipes[name] = dict(kind='bytes', data=_b64(bytes(c))); continue
         if name.endswith('.safetensors'):
             if not isinstance(c, dict): raise TypeError(f'{name}: a slot holds a dict of tensors as safetensors, not a {type(c).__name__}')
-            head, order = _safetensors_header({k: v.detach() for k, v in c.items()})
+            head, order = safetensors_header({k: v.detach() for k, v in c.items()})
             start = at
             for t in order: copies.append((t, at)); at += t.numel()*t.element_size()
             recipes[name] = dict(kind='safetensors', head=_b64(head), start=start, size=at-start)
@@ -111,7 +111,7 @@ def _tensors(tree) -> list:
     if isinstance(tree, (list, tuple)): return [t for v in tree for t in _tensors(v)]
     return []
 
-def _marks(files:dict) -> dict:
+def tensor_marks(files:dict) -> dict:
     "Per file: (storage, version) of each tensor; `None` where there are none, or one is new (version 0): never known unchanged"
     out = {}
     for name, c in files.items():
@@ -134,7 +134,7 @@ def reseal(self:SlotRing, step:int, files:dict, meta:dict|None=None) -> Path|Non
     "Seal the newest slot again with `meta`, if it holds `step` and its big files' tensors have not changed since; the slot, or `None`"
     slot = self.newest()
     if slot is None or slot in self.handed or (old := read_seal(slot))['step'] != step: return None
-    marks, was, recipes = _marks(files), self.marks.get(slot, {}), {}
+    marks, was, recipes = tensor_marks(files), self.marks.get(slot, {}), {}
     for name, c in files.items():
         if isinstance(c, (bytes, bytearray)) or sum(t.numel()*t.element_size() for t in _tensors(c)) < SMALL:
             recipes[name] = dict(kind='bytes', data=_b64(_small_bytes(name, c)))    # small: written into the seal, whatever changed
@@ -183,7 +183,7 @@ def fill(self:SlotRing, step:int, # Optimizer steps done: the checkpoint's name
     buf = self._mapped(slot, nbytes, cuda)
     for dev in copy_into(buf, copies): torch.cuda.synchronize(dev)    # the copies land before the seal says they have
     seal(slot, dict(step=step, meta=meta or {}, files=recipes, nbytes=nbytes, fill=uuid.uuid4().hex, data=uuid.uuid4().hex, pid=os.getpid(), time=time.time()))
-    self.marks[slot] = _marks(files)   # `reseal` knows the tensors unchanged since
+    self.marks[slot] = tensor_marks(files)   # `reseal` knows the tensors unchanged since
     return slot
 
 @patch
@@ -306,7 +306,7 @@ def _gone(self:SlotPipe, e):
     for f in (w.proc.stdin, w.proc.stdout):
         with contextlib.suppress(Exception): f.close()
     how = (f'wrote nothing for {e.limit or w.stall:g} s (stopped, or its disk does not answer) and was ended' + (' at the stop, which waits for it no longer' if (e.limit or w.stall) < w.stall else '') if isinstance(e, WriterStalled)
-           else _ended(rc) if rc is not None else f'stopped answering ({e})')
+           else ended_words(rc) if rc is not None else f'stopped answering ({e})')
     lost = f' while it wrote step {job["step"]}' if job else ''
     steps = ' and '.join(f'step {j["step"]}, still sealed in {j["slot"]},' for j in jobs)
     self.notes.append(f'ddpsafe: the checkpoint writer process (pid {w.pid}) {how}{lost}; nothing already committed is lost'

@@ -30,7 +30,7 @@ def slots_home() -> Path:
     shm = Path('/dev/shm')
     return shm if shm.is_dir() else Path(tempfile.gettempdir())
 
-def _size(n:float) -> str:
+def size_words(n:float) -> str:
     "A number of bytes a person reads at a glance"
     for unit in ('B', 'KB', 'MB', 'GB', 'TB'):
         if n < 1024 or unit == 'TB': return f'{int(n)} B' if unit == 'B' else f'{n:.3g} {unit}'
@@ -55,7 +55,7 @@ def make_slot(slot:Path, # The slot's folder
     except OSError as e:
         if fd is not None: os.close(fd); fd = None
         free = shutil.disk_usage(slot).free
-        raise OSError(e.errno, f'{slot}: no room for a slot of {_size(nbytes)} ({_size(free)} free there): {os.strerror(e.errno or errno.EIO)}. '
+        raise OSError(e.errno, f'{slot}: no room for a slot of {size_words(nbytes)} ({size_words(free)} free there): {os.strerror(e.errno or errno.EIO)}. '
                       'Make /dev/shm larger (`docker run --shm-size`, a bigger tmpfs), free it, or put the slots on a local disk') from e
     finally:
         if fd is not None: os.close(fd)
@@ -267,7 +267,7 @@ def writer_stall(seconds:float|None=None # Seconds; `None` for the default
     "How long a writer may write nothing with a job in hand: `seconds`, else `DDPSAFE_WRITER_STALL`, else 300"
     return float(seconds if seconds is not None else os.environ.get('DDPSAFE_WRITER_STALL', 300))
 
-def _ended(rc:int) -> str:
+def ended_words(rc:int) -> str:
     "How a process that returned `rc` ended, in words"
     if rc < 0:
         with contextlib.suppress(ValueError): return f'was killed by {signal.Signals(-rc).name}' + (' (out of memory, or killed by hand)' if -rc == signal.SIGKILL else '')
@@ -298,7 +298,7 @@ class SlotWriter:
         "Raise `WriterGone` if the process has ended with jobs in hand"
         if self.proc.poll() is None or not self.pending: return
         steps = ', '.join(str(j['step']) for j in self.pending.values())
-        raise WriterGone(errno.EPIPE, f'ddpsafe: the checkpoint writer process (pid {self.proc.pid}) {_ended(self.proc.returncode)} before it committed '
+        raise WriterGone(errno.EPIPE, f'ddpsafe: the checkpoint writer process (pid {self.proc.pid}) {ended_words(self.proc.returncode)} before it committed '
                          f'step {steps}: not committed, earlier checkpoints are unchanged; the slot is still sealed in memory')
     def _stalled(self, limit:float|None=None): # Seconds; `None`: `stall`
         "Raise `WriterStalled` if the process, alive, has written nothing for `limit` seconds with jobs in hand"

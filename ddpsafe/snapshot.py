@@ -144,7 +144,8 @@ class Tier:
     def close(self):
         "Wait for the write in flight and end the writer's thread, however the fit ended"
 
-def _pace(seconds:float, # How long a write takes
+# %% ../nbs/07_snapshot.ipynb #e5227640
+def write_pace(seconds:float, # How long a write takes
           steps:int,     # Steps done in `apart` seconds
           apart:float,   # Seconds
           knob:str='every_steps') -> str:

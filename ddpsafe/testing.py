@@ -10,7 +10,7 @@ import os, sys, time, random, pickle, signal, socket, tempfile, traceback, subpr
 from pathlib import Path
 from datetime import timedelta
 import torch, torch.distributed as dist
-from .core import _portable
+from .core import portable_error
 
 # %% auto #0
 __all__ = ['RanksFailed', 'free_port', 'WaitTimeout', 'wait_until', 'run_ranks', 'RankProcs', 'launch_ranks', 'run_script',
@@ -88,7 +88,7 @@ def _rank_main(f, args, kwargs, r, n, tmp, env, init):
                                     timeout=timedelta(seconds=float(os.environ.get('DDPSAFE_TIMEOUT', 1800))))
             dist.barrier()   # every rank connected before any runs `f`, so an early exit can't break another's start
         out = ('ok', f(*args, **kwargs))
-    except BaseException as e: out = ('err', _portable(e), ''.join(traceback.format_exception(e)))
+    except BaseException as e: out = ('err', portable_error(e), ''.join(traceback.format_exception(e)))
     try: data = pickle.dumps(out)
     except Exception as e: data = pickle.dumps(('err', TypeError(f'rank {r} returned an unpicklable result: {e}'), ''))
     (tmp/f'rank{r}.tmp').write_bytes(data); os.replace(tmp/f'rank{r}.tmp', tmp/f'rank{r}.result')

@@ -63,16 +63,17 @@ def state_digest(state) -> str:
     return h.hexdigest()
 
 # %% ../nbs/07b0_training_state.ipynb #7b000026
-def _stateful(o) -> bool:
+def has_state_dict(o) -> bool:
     "Does `o`'s class define `state_dict` and `load_state_dict`? (Looked up on the class: a fastai callback passes unknown names on to the learner)"
     return callable(getattr(type(o), 'state_dict', None)) and callable(getattr(type(o), 'load_state_dict', None))
 
+# %% ../nbs/07b0_training_state.ipynb #deb30c52
 class UserState(Part):
     "The state of a callback or object of yours, by its `state_dict()` and `load_state_dict()`; set at the resume point"
     file,ranks,when_missing = 'user.pt','auto','ask'   # a callback added since: the user says whether it may start afresh
     def __init__(self, name:str, # The part's name in the checkpoint: the callback's `name`, or your key in `extra`
                  obj):           # Anything with `state_dict()` and `load_state_dict()`
-        if not _stateful(obj): raise TypeError(f'{name}: {type(obj).__name__} has no state_dict() and load_state_dict(): ddpsafe cannot save it')
+        if not has_state_dict(obj): raise TypeError(f'{name}: {type(obj).__name__} has no state_dict() and load_state_dict(): ddpsafe cannot save it')
         super().__init__(name); self.obj,self.resumed = obj,None
     def state_dict(self): return map_tensors(lambda t, _: t.as_subclass(torch.Tensor) if type(t) is not torch.Tensor else t, self.obj.state_dict())   # fastai's `TensorBase` as a plain tensor
     def load_state_dict(self, d): self.resumed = d

@@ -17,20 +17,19 @@ from .ranks import loaded_class
 __all__ = ['STUCK_EXIT_CODE', 'APART_BEATS', 'start_heartbeat', 'stop_heartbeat', 'RanksApart', 'release_side_group']
 
 # %% ../nbs/00c_watch.ipynb #b7e10a02
-_beat, _said = {}, {}
+beat_state, _said = {}, {}
 
-def _beat_key(r:int) -> str: return f'ddpsafe/heartbeat/{r}'
-
+# %% ../nbs/00c_watch.ipynb #40f9c823
 def _end_beat(stop:threading.Event, thread:threading.Thread, every:float):
     "Stop one heartbeat thread and wait for it"
     stop.set()
     if thread is not threading.current_thread(): thread.join(2*every + 1)
-    if _beat.get('thread') is thread: _beat.clear()
+    if beat_state.get('thread') is thread: beat_state.clear()
 
 def start_heartbeat(every:float=2.): # Seconds between two beats
     "Beat this rank's clock, and where it waits, into the store"
     pg = dist.group.WORLD if coordinating() else None
-    if pg is None or (_beat and _beat['pg']() is pg): return
+    if pg is None or (beat_state and beat_state['pg']() is pg): return
     stop_heartbeat()
     store = dist.distributed_c10d._get_default_store()
     try: writer, reader = store.clone(), store.clone()   # connections of our own: a blocked call of the user's can't hold them
@@ -49,17 +48,17 @@ def start_heartbeat(every:float=2.): # Seconds between two beats
             if stop.wait(every): return
     t = threading.Thread(target=beat, name='ddpsafe-heartbeat', daemon=True)
     # the beat ends with the group: torch's `destroy_process_group` frees it, whoever calls it
-    _beat.update(pg=weakref.ref(pg), thread=t, reader=reader, every=every, end=weakref.finalize(pg, _end_beat, stop, t, every))
+    beat_state.update(pg=weakref.ref(pg), thread=t, reader=reader, every=every, end=weakref.finalize(pg, _end_beat, stop, t, every))
     _said.update(store=reader, rank=rank())    # where to say, at exit, that this rank has ended: also once the script destroyed its group
-    _exit_hook()
+    exit_hook()
     t.start()
 
 def stop_heartbeat():
     "Stop this rank's heartbeat"
-    if _beat: _beat['end']()
+    if beat_state: beat_state['end']()
 
 # %% ../nbs/00c_watch.ipynb #b7e10a04
-def _within(f, secs:float):
+def within_seconds(f, secs:float):
     "`f()`, or `TimeoutError` after `secs` seconds"
     box = {}
     def run():
@@ -73,11 +72,11 @@ def _within(f, secs:float):
 def silent_ranks(window:float|None=None # Seconds a heartbeat must stand still; default 3 beats
                 ) -> dict|None: # `None` when the store does not answer
     "Other ranks whose heartbeat stood still: {rank: seconds}"
-    if not _beat: return {}
-    store, every = _beat['reader'], _beat['every']
+    if not beat_state: return {}
+    store, every = beat_state['reader'], beat_state['every']
     window = 3*every if window is None else window
     keys = {r: _beat_key(r) for r in range(world()) if r != rank()}
-    def read(): return _within(lambda: {r: float(store.get(k)) if store.check([k]) else None for r,k in keys.items()}, 2*every)
+    def read(): return within_seconds(lambda: {r: float(store.get(k)) if store.check([k]) else None for r,k in keys.items()}, 2*every)
     try:
         first, t0 = read(), time.monotonic()
         while True:
@@ -123,11 +122,11 @@ def _awaited_worker(it) -> str:
     except Exception: pass
     return ''
 
-_stands_for = {}   # code object -> the target ('Class.method', 'function') of fastai's or torch's a function of ddpsafe replaces or adds: `patch_fastai` fills it
+stands_for = {}   # code object -> the target ('Class.method', 'function') of fastai's or torch's a function of ddpsafe replaces or adds: `patch_fastai` fills it
 
 def _method_names(full:bool=False) -> dict: # 'Learner.save' rather than 'save'?
-    "Code object -> method name, for ddpsafe's functions that replace or add fastai's methods (`_stands_for`)"
-    return {c: t if full else t.rpartition('.')[2] for c, t in list(_stands_for.items())}
+    "Code object -> method name, for ddpsafe's functions that replace or add fastai's methods (`stands_for`)"
+    return {c: t if full else t.rpartition('.')[2] for c, t in list(stands_for.items())}
 
 def _module(f) -> str: return f.f_globals.get('__name__') or ''
 def _ours(f) -> bool: return _module(f).split('.')[0] == 'ddpsafe'
@@ -175,15 +174,15 @@ def _doing(every:float) -> dict:
 def _end_stuck(store, doing:dict):
     "This rank waited on itself past `DDPSAFE_TIMEOUT`: say so in the store and the log, with its stacks, and exit"
     line = f"has waited {doing['waited']:.0f}s {doing['what']}"
-    with suppress(Exception): store.set(_fail_key(rank()), line)
+    with suppress(Exception): store.set(fail_key(rank()), line)
     err = sys.__stderr__
     err.write(f'\nddpsafe: rank {rank()} {line}, past DDPSAFE_TIMEOUT={ddp_timeout():g}s. Its Python stacks, then exit {STUCK_EXIT_CODE}:\n'); err.flush()
     faulthandler.dump_traceback(file=err, all_threads=True); err.flush()
     for p in multiprocessing.active_children(): p.kill()   # its DataLoader workers, which may be what it waits for
     os._exit(STUCK_EXIT_CODE)
 
-def _fail_key(r:int) -> str: return f'ddpsafe/failed/{r}'
-
+def _beat_key(r:int) -> str: return f'ddpsafe/heartbeat/{r}'
+def fail_key(r:int) -> str: return f'ddpsafe/failed/{r}'
 def _doing_key(r:int) -> str: return f'ddpsafe/doing/{r}'
 
 def _others_doing(store) -> dict:
@@ -193,8 +192,8 @@ def _others_doing(store) -> dict:
 
 def _heard() -> dict:
     "The other ranks' reports, read through the heartbeat's connection; `{}` without one, or when the store does not answer"
-    if not _beat: return {}
-    try: return _within(lambda: _others_doing(_beat['reader']), 2*_beat['every'])
+    if not beat_state: return {}
+    try: return within_seconds(lambda: _others_doing(beat_state['reader']), 2*beat_state['every'])
     except Exception: return {}
 
 def behind_ranks() -> dict:
@@ -235,7 +234,7 @@ def _waits_for_ranks(f, outer:list) -> bool:
 def _group_seqs() -> tuple:
     "The sequence numbers of the user's group and ddpsafe's side groups: each collective moves one"
     seqs = []
-    for g in [dist.group.WORLD, *[held['group']() for held in _side.values()]]:
+    for g in [dist.group.WORLD, *[held['group']() for held in side_groups.values()]]:
         try: seqs.append(g._get_sequence_number_for_group())
         except Exception: seqs.append(None)
     return tuple(seqs)
@@ -291,7 +290,7 @@ def ranks_apart(reports:dict,   # rank -> what it does (`_doing`'s report), one 
     return ('the ranks wait in different places, so none of them can go on: ' + '; '.join(_place(r, reports[r]) for r in sorted(reports)) +
             '. A call that every rank must make ran on some ranks only (inside `if rank == 0:`?): make it on every rank')
 
-def _reports(store, me:dict, every:float) -> dict:
+def fresh_reports(store, me:dict, every:float) -> dict:
     "Every rank's latest report from `store`, fresh ones only (or `ended`), with this rank's own `me`"
     now = time.time()
     return {**{r: d for r,d in _others_doing(store).items() if d.get('ended') or now - d.get('at', 0) < 2*every + 1}, rank(): me}
@@ -301,7 +300,7 @@ def _apart_here(store, doing:dict, every:float, seen:int) -> int:
     "One beat's look at the ranks' waits; ends this rank when they have stood apart long enough: the beats seen apart in a row"
     w = doing.get('wait')
     if not w or w['answerable'] or w['secs'] < APART_BEATS*every: return 0
-    reports = _reports(store, doing, every)
+    reports = fresh_reports(store, doing, every)
     if not (msg := ranks_apart(reports, APART_BEATS*every)): return 0
     if any((d.get('wait') or {}).get('answerable') for d in reports.values()): return seen   # a rank that can answer does so first
     seen += 1
@@ -317,8 +316,8 @@ def _end_apart(store, msg:str):
 
 def apart_message() -> str|None:
     "The message of ranks found waiting apart, if a rank left one in the store"
-    if not _beat: return None
-    try: return _within(lambda: _beat['reader'].get(_APART_KEY).decode() if _beat['reader'].check([_APART_KEY]) else None, 2*_beat['every'])
+    if not beat_state: return None
+    try: return within_seconds(lambda: beat_state['reader'].get(_APART_KEY).decode() if beat_state['reader'].check([_APART_KEY]) else None, 2*beat_state['every'])
     except Exception: return None
 
 def ended_ranks() -> dict:
@@ -330,21 +329,22 @@ def _say_ended():
     if 'store' not in _said: return
     stop_heartbeat()
     line = json.dumps(dict(ended=True, at=time.time()))
-    with suppress(Exception): _within(lambda: _said['store'].set(_doing_key(_said['rank']), line), 1)   # a frozen store host must not hold the exit
+    with suppress(Exception): within_seconds(lambda: _said['store'].set(_doing_key(_said['rank']), line), 1)   # a frozen store host must not hold the exit
 
 # %% ../nbs/00c_watch.ipynb #1004ed0c
-_side = {}   # purpose -> weak references to the user's group and ours: `side_group` (in `ddpsafe.core`) fills it
+side_groups = {}   # purpose -> weak references to the user's group and ours: `side_group` (in `ddpsafe.core`) fills it
 
+def exit_hook():
+    "At exit, say this rank has ended, then release the side group (registered once; `atexit` runs the last registered first)"
+    for f in (release_side_group, _say_ended): atexit.unregister(f); atexit.register(f)
+
+# %% ../nbs/00c_watch.ipynb #5ae47b11
 def release_side_group():
     "Destroy the side groups; stop the heartbeat"
     stop_heartbeat()
-    groups = [held['group']() for held in _side.values()]
-    _side.clear()
+    groups = [held['group']() for held in side_groups.values()]
+    side_groups.clear()
     for g in groups:
         if g is not None and live():
             try: dist.destroy_process_group(g)
             except Exception: pass                       # torch destroyed it already
-
-def _exit_hook():
-    "At exit, say this rank has ended, then release the side group (registered once; `atexit` runs the last registered first)"
-    for f in (release_side_group, _say_ended): atexit.unregister(f); atexit.register(f)

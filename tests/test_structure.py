@@ -21,7 +21,7 @@ def test_no_import_cycle():
     chain = structure.longest_chain(g, fl)
     # 9, where issue 58 allowed 8: `core` split into three floors, not two (ranks <- watch <- core: the heartbeat needs the
     # ranks, the collectives the heartbeat). The longest chain, demo -> checkpoint -> text -> parts -> sharded -> io -> core
-    # -> watch -> ranks, would be 8 only by moving io's `UnsafePickleError` and `_zip_crc` (which `sharded` imports) out of
+    # -> watch -> ranks, would be 8 only by moving io's `UnsafePickleError` and `zip_crc` (which `sharded` imports) out of
     # their home: the measure gives way to the design here
     assert len(chain) <= 9, f"a chain of {len(chain)} imports between ddpsafe's modules (at most 9): {' -> '.join(chain)}"
 
@@ -45,7 +45,7 @@ def test_walk_of_a_save():
     # the whole save, not the stack at the rename: a path with "no return" was once bought with two more broadcasts a save
     assert s['collectives'] == ['training_state->all_ranks', 'saver->on_main'], f"a synchronous save makes these collectives: {s['collectives']}"
     # 14: the 12 it entered before `core` and `parts` were split, and the same calls now in `ranks` and `training_state`;
-    # 15: and `slot_copy`, whose files' fingerprints (`_marks`, `skeleton`) let a save of a step just committed link its files
+    # 15: and `slot_copy`, whose files' fingerprints (`tensor_marks`, `skeleton`) let a save of a step just committed link its files
     # 16: and `fit_loops`, where the step lock went when `checkpoint` outgrew 400 lines (issue 69): the same call, not more work
     assert s['n_modules_entered'] <= 16, f"a synchronous save enters {s['n_modules_entered']} modules: {s['modules_entered']}"
     assert walk._returns(['a', 'b', 'a', 'c', 'c', 'b']) == ['a', 'b']
@@ -91,6 +91,28 @@ def test_the_check_sees_an_idle_star_import(tmp_path):
     (tmp_path/'b.py').write_text('from .a import *\ndef f(): return 2\n')
     (tmp_path/'c.py').write_text('from .a import *\ndef f(): return y\n')
     assert idle_star_imports(tmp_path) == [('b', 'a')]
+
+def private_imports(pkg:Path) -> list:
+    "(module, line, import) for each `_name` (dunders aside) a module of `pkg` imports from ddpsafe's own, relative or absolute, at any depth"
+    out = []
+    for p in sorted(pkg.glob('*.py')):
+        for n in ast.walk(ast.parse(p.read_text())):
+            if not isinstance(n, ast.ImportFrom) or not (n.level or (n.module or '').split('.')[0] == 'ddpsafe'): continue
+            out += [(p.stem, n.lineno, f"from {'.'*n.level}{n.module or ''} import {a.name}") for a in n.names
+                    if a.name.startswith('_') and not (a.name.startswith('__') and a.name.endswith('__'))]
+    return out
+
+def test_no_private_imports():
+    "No module imports another's `_name`: what two modules share is public in the one that owns it (an `#| exporti` cell keeps it out of `__all__`)"
+    found = private_imports(ROOT/'ddpsafe')
+    assert found == [], f"{len(found)} imports of another module's private names: " + '; '.join(f'{m}.py:{l} {i}' for m, l, i in found)
+
+def test_the_check_sees_a_private_import(tmp_path):
+    (tmp_path/'a.py').write_text('_x = __y__ = z = 1\n')
+    (tmp_path/'b.py').write_text('from .a import _x, __y__, z\n')   # a dunder is the package's own, as `__version__`
+    (tmp_path/'c.py').write_text('def f():\n    from ddpsafe.a import _x\n')   # absolute, inside a function: still one
+    (tmp_path/'d.py').write_text('from os.path import _get_sep\n')             # another package's
+    assert private_imports(tmp_path) == [('b', 1, 'from .a import _x'), ('c', 2, 'from ddpsafe.a import _x')]
 
 EXPORTED_CAP = 200
 
