@@ -1,5 +1,5 @@
 "ddpsafe's modules stand in floors: no import cycle, no module importing one above it (measured by `tools/structure.py`)"
-import ast, importlib.util, subprocess, sys
+import os, ast, importlib.util, subprocess, sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,3 +154,33 @@ def test_bench_size():
     "bench/ (the benchmarks, their harness, the launched rank script, the GPU runner) at most 1,800 lines: one harness, no two scripts measuring one thing"
     sizes = {p.name: len(p.read_text().splitlines()) for p in (ROOT/'bench').iterdir() if p.is_file()}
     assert sum(sizes.values()) <= BENCH_CAP, f'bench/ is {sum(sizes.values())} lines, over {BENCH_CAP}: {sorted(sizes.items(), key=lambda kv: -kv[1])}'
+
+WRITER_PROBE = r"""
+import os, sys, tempfile
+from ddpsafe.all import *
+from ddpsafe.testing import synth_learner
+from ddpsafe.checkpoint import CheckpointCallback
+os.environ['PYTHONPROFILEIMPORTTIME'] = '1'   # read at a process's start: the writer process, started below, lists its imports
+folder = tempfile.mkdtemp()
+learn = synth_learner(path=folder)
+learn.fit(2, cbs=CheckpointCallback(every_steps=3, async_save=True, resume=False))
+print('FIT DONE', flush=True)
+"""
+
+def imported_roots(stderr:str) -> set:
+    "The top-level packages named by `-X importtime`'s lines (`import time: self | cumulative | name`)"
+    rows = [l[len('import time:'):].split('|') for l in stderr.splitlines() if l.startswith('import time:')]
+    return {r[2].strip().split('.')[0] for r in rows if len(r) == 3 and r[0].strip().isdigit()}
+
+def test_writer_process_imports_no_torch(tmp_path):
+    "A writer process started by a fit with async saves imports neither torch nor fastai: it writes bytes (issue 71)"
+    p = subprocess.run([sys.executable, '-c', WRITER_PROBE], capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                       env={**os.environ, 'OMP_NUM_THREADS': '1'})
+    assert p.returncode == 0 and 'FIT DONE' in p.stdout, p.stdout[-2000:] + p.stderr[-3000:]
+    roots = imported_roots(p.stderr)
+    assert 'ddpsafe' in roots, f'no writer process listed its imports: {sorted(roots)}\n{p.stderr[-2000:]}'
+    assert not roots & {'torch', 'fastai', 'numpy'}, f"the writer process imports {sorted(roots & {'torch', 'fastai', 'numpy'})}"
+
+def test_imported_roots():
+    lines = 'import time: self [us] | cumulative | imported package\nimport time:       120 |        120 |   torch.nn\nimport time: 5 | 5 | json\nother'
+    assert imported_roots(lines) == {'torch', 'json'}
