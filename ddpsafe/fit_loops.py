@@ -13,6 +13,7 @@ from .patching import fastai_stock, patch_fastai, once_a_process
 from .snapshot import StateBuffers
 from .sharded import full_optimizer_state
 from .parts import model_weights
+from .commit import storage_for
 
 # %% auto #0
 __all__ = ['step_lock', 'RunState', 'run_state']
@@ -54,8 +55,8 @@ class FitSequence:
 _sequences = once_a_process('fit_sequences', dict)
 
 def fit_sequence(folder) -> FitSequence:
-    "This process's `FitSequence` of checkpoints folder `folder`"
-    return _sequences.setdefault(str(folder), FitSequence())
+    "This process's `FitSequence` of checkpoints folder `folder`: one a folder, however it is named (a relative path is the working directory's now)"
+    return _sequences.setdefault(str(storage_for(folder).absolute(folder)), FitSequence())
 
 def new_launch():
     "Count the fits afresh on every folder, as a new launch of the script does: for a script run again in the same process (a notebook, a test)"
