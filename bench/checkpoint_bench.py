@@ -14,7 +14,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import HERE, make_state, tensors, flat, nbytes, fsync_file, load, wait_quiet, trim, machine, now, rotated, sync, device_facts, command
-from ddpsafe.all import rng_state, checkpoint_writers, write_checkpoint
+from ddpsafe.parts import rng_state; from ddpsafe.io import checkpoint_writers; from ddpsafe.manifest import write_checkpoint
 from ddpsafe.slot_copy import SlotPipe
 from ddpsafe.slots import slots_home
 from ddpsafe.memory import MemoryTier

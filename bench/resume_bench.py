@@ -7,13 +7,13 @@ after freed memory went back to the OS; the ratio per repetition. Goal <= 1.2. M
     python bench/resume_bench.py --sizes 100,500 --cold       # as root on Linux: the page cache dropped before each load
                                                               #   -> results/resume_cold.json"""
 from __future__ import annotations
-import os, sys, time, argparse, statistics, tempfile, shutil
+import os, sys, time, argparse, statistics, tempfile, shutil, torch
 from pathlib import Path
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import HERE, N_LAYERS, ROW, load, wait_quiet, trim, timed, write_json, now, sync, device_facts, machine, command
-from ddpsafe.all import model_weights, rng_state, set_rng_state, checkpoint_writers, write_checkpoint, choose_checkpoint, read_checkpoint_file, load_weights
+from ddpsafe.parts import model_weights, load_weights, rng_state, set_rng_state; from ddpsafe.io import checkpoint_writers
+from ddpsafe.manifest import write_checkpoint; from ddpsafe.resume import choose_checkpoint, read_checkpoint_file
 
 def learner_state(mb:int):
     "A model and fastai `Adam` optimizer of about `mb` MB together, after one step"

@@ -16,9 +16,9 @@ def rank_main(mb:int, reps:int, folder:str) -> dict:
     import types, torch
     from torch.distributed.fsdp import fully_shard
     from fastai.optimizer import Adam
-    from ddpsafe.all import (rank, on_main, barrier, model_weights, rng_state, shard_state, write_in_shards, full_optimizer_state,
-                             checkpoint_writers, write_checkpoint)
-    from ddpsafe.snapshot import StateBuffers
+    from ddpsafe.core import rank, on_main, barrier; from ddpsafe.parts import model_weights, rng_state
+    from ddpsafe.shards import shard_state; from ddpsafe.saver import write_in_shards; from ddpsafe.sharded import full_optimizer_state
+    from ddpsafe.io import checkpoint_writers; from ddpsafe.manifest import write_checkpoint; from ddpsafe.snapshot import StateBuffers
     torch.manual_seed(0); torch.set_num_threads(1)
     width, layers = 1024, max(1, round(mb * 10**6 / 3 / 4 / 1024**2))      # weights + 2 Adam tensors, fp32
     model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])

@@ -1,4 +1,4 @@
-"""One import for users: the distributed facts, the safe file functions, and every fastai patch.
+"""One import for users: ddpsafe's public API, and every fastai patch.
 
 Docs: https://ddpsafe.github.io/ddpsafe/all.html.md"""
 
@@ -8,30 +8,40 @@ Docs: https://ddpsafe.github.io/ddpsafe/all.html.md"""
 __all__ = []
 
 # %% ../nbs/11_all.ipynb #5d15906c
-from .ranks import *
-from .watch import *
-from .core import *
-from .io import *
-from .manifest import *
-from .owner import claim_folder, FolderInUse, FolderClaim, read_owner, OWNER
-from .learner import *
-from .training_state import *
-from .parts import *
-from .shards import *
-from .upload import *
-from .saver import *
-from .resume import *
-from .checkpoint import *
-from .sharded import *
-from .fsdp import *          # learn.fsdp_ctx()
-import ddpsafe.callbacks   # patches fastai's trackers, lr_find, GatherPredsCallback, CSVLogger, TerminateOnNaNCallback
-from .text import hidden_state, set_hidden_state, HiddenState   # and splits fastai's language model loader across ranks in whole batches
-from .preempt import REQUEUE_EXIT_CODE, StopRequests
-from .cli import ddpsafe_ls, ddpsafe_verify, ddpsafe_status
+# Imported for what importing them does: each patches fastai (saves and loads, DDP on CPU; the trackers, `lr_find`, `CSVLogger`;
+# `learn.fsdp_ctx()`; the language model loader split across ranks in whole batches) or registers a checkpoint part
+import ddpsafe.learner, ddpsafe.callbacks, ddpsafe.parts, ddpsafe.checkpoint, ddpsafe.fsdp, ddpsafe.text
+from .ranks import rank, world, is_main, ddp_timeout, DistTimeout, PeerFailed, CheckpointMismatch
+from .core import barrier, on_main, agree, any_rank, all_ranks
+from .io import atomic_save, safe_load, prepare_dir, atomic_write, CorruptFileError, UnsafePickleError
+from .manifest import newest_complete, checkpoint_status, CorruptCheckpoint, REQUEUE_EXIT_CODE, STOPPED_EXIT_CODE
+from .owner import FolderInUse
+from .preempt import StopRequests
+from .learner import load_learner, load_dls
+from .training_state import Part, register_part, UserState, TrainingState
+from .sharded import full_weights, is_sharded
+from .checkpoint import CheckpointCallback
+from .testing import run_ranks, RanksFailed, run_script, launch_ranks, synth_learner
+from .cli import ddpsafe_ls, ddpsafe_verify, ddpsafe_status, ddpsafe_export
 
 # %% ../nbs/11_all.ipynb #8614f33d
-import ddpsafe.ranks, ddpsafe.watch, ddpsafe.core, ddpsafe.io, ddpsafe.manifest, ddpsafe.learner, ddpsafe.training_state, ddpsafe.parts, ddpsafe.shards, ddpsafe.upload, ddpsafe.saver, ddpsafe.resume, ddpsafe.checkpoint, ddpsafe.sharded, ddpsafe.fsdp
-__all__ = [n for m in (ddpsafe.ranks, ddpsafe.watch, ddpsafe.core, ddpsafe.io, ddpsafe.manifest, ddpsafe.learner, ddpsafe.training_state, ddpsafe.parts, ddpsafe.shards, ddpsafe.upload, ddpsafe.saver, ddpsafe.resume, ddpsafe.checkpoint, ddpsafe.sharded, ddpsafe.fsdp) for n in m.__all__]
-__all__ += ['claim_folder', 'FolderInUse', 'FolderClaim', 'read_owner', 'OWNER',
-            'REQUEUE_EXIT_CODE', 'StopRequests', 'ddpsafe_ls', 'ddpsafe_verify', 'ddpsafe_status',
-            'hidden_state', 'set_hidden_state', 'HiddenState']
+# What `from ddpsafe.all import *` gives: the public API, grouped as the API index groups it (tools/docs.py `API_GROUPS`)
+__all__ = [
+    # checkpoint and resume a fit, and what a resume raises
+    'CheckpointCallback', 'CheckpointMismatch', 'CorruptCheckpoint', 'FolderInUse', 'newest_complete', 'checkpoint_status',
+    # stop and requeue: the exit codes a launcher reads
+    'REQUEUE_EXIT_CODE', 'STOPPED_EXIT_CODE', 'StopRequests',
+    # fastai, made safe on import (`learn.save`, `learn.export`, ... are fastai's own methods, patched)
+    'load_learner', 'load_dls',
+    # safe files
+    'atomic_save', 'safe_load', 'prepare_dir', 'atomic_write', 'CorruptFileError', 'UnsafePickleError',
+    # decisions across ranks: the distributed facts, the agreements, what a wait raises
+    'rank', 'world', 'is_main', 'barrier', 'on_main', 'agree', 'any_rank', 'all_ranks', 'DistTimeout', 'PeerFailed', 'ddp_timeout',
+    # your own state in checkpoints
+    'Part', 'register_part', 'UserState', 'TrainingState',
+    # sharded training (`learn.fsdp_ctx()` is patched onto fastai's `Learner`)
+    'full_weights', 'is_sharded',
+    # test your training code on N ranks
+    'run_ranks', 'RanksFailed', 'run_script', 'launch_ranks', 'synth_learner',
+    # the command line, as functions (`ddpsafe-demo` is `ddpsafe.demo.ddpsafe_demo`)
+    'ddpsafe_ls', 'ddpsafe_verify', 'ddpsafe_status', 'ddpsafe_export']

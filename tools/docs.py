@@ -358,7 +358,7 @@ class Use(NamedTuple):
 # The build fails (DocsError) when a name here has no entry in the reference, so a rename cannot leave a dead row.
 API_GROUPS = {
     'Checkpoint and resume a fit': [
-        Use('CheckpointCallback'), Use('CheckpointMismatch'), Use('FolderInUse'),
+        Use('CheckpointCallback'), Use('CheckpointMismatch'), Use('CorruptCheckpoint'), Use('FolderInUse'),
         Use('newest_complete'), Use('checkpoint_status')],
     'Stop and requeue': [
         Use('REQUEUE_EXIT_CODE', at='manifest: How a run ended',
@@ -384,7 +384,7 @@ API_GROUPS = {
         Use('CorruptFileError'), Use('UnsafePickleError')],
     'Decisions across ranks': [
         Use('rank'), Use('world'), Use('is_main'), Use('barrier'), Use('on_main'), Use('agree'), Use('any_rank'),
-        Use('all_ranks'), Use('DistTimeout'), Use('ddp_timeout')],
+        Use('all_ranks'), Use('DistTimeout'), Use('PeerFailed'), Use('ddp_timeout')],
     'Your own state in checkpoints': [
         Use('Part'), Use('register_part'), Use('UserState'), Use('TrainingState')],
     'Sharded training': [
@@ -514,23 +514,26 @@ def home_module(n:str, lib:str) -> str:
     return next((k for k in mods if n in getattr(importlib.import_module(k), '__all__', ())), lib)
 
 def other_names(public:set) -> dict[str, list[tuple[str, str, str, str]]]:
-    "Every other name of `<lib>.all` and every fastai method the library patches, by module: (name, page, anchor, doc)"
+    """Every other name the library's modules export (their `__all__`: `<lib>.all` gives the public ones only) and every
+    fastai method the library patches, by module: (name, page, anchor, doc). A name is listed once, under its home"""
     from nbdev.config import get_config
     lib = get_config().lib_path.name
-    m, syms = importlib.import_module(f'{lib}.all'), modidx_syms()
-    res = {}
+    syms, res, seen = modidx_syms(), {}, set()
     def add(mod, n, page, anchor, doc):
-        if n not in public: res.setdefault(mod, []).append((n, page, anchor, doc))
-    for n in m.__all__:
-        obj = getattr(m, n)
-        mod, page, anchor = next(iter(syms.get(n, [])), (home_module(n, lib), '', ''))
-        add(mod, n, page, anchor, _first_line(obj) if callable(obj) else _value_line(n, obj))
+        if n not in public and n not in seen: seen.add(n); res.setdefault(mod, []).append((n, page, anchor, doc))
+    for modname in importlib.import_module(f'{lib}._modidx').d['syms']:
+        m = importlib.import_module(modname)
+        for n in getattr(m, '__all__', ()):
+            obj = getattr(m, n)
+            mod, page, anchor = next(iter(syms.get(n, [])), (home_module(n, lib), '', ''))
+            add(mod, n, page, anchor, _first_line(obj) if callable(obj) else _value_line(n, obj))
     for qual, locs in syms.items():   # methods patched onto fastai's classes: `Learner.fit`, `TrackerCallback.after_epoch`
         cls, _, meth = qual.rpartition('.')
         if not cls or '.' in cls or cls in syms or meth.startswith('_') and not meth.startswith('__'): continue
         mod, page, anchor = locs[0]
         add(mod, qual, page, anchor, _first_line(lookup(qual, syms)))
-    return res
+    order = list(importlib.import_module(f'{lib}._modidx').d['syms'])
+    return dict(sorted(res.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
 
 def api_table(rows:list[tuple[str, str]]) -> str:
     "A table of names and one-liners, in a `div.api-table` (CSS: names unbroken; on a phone, each name above its line)"
@@ -545,8 +548,10 @@ def api_index(mds:dict, refs:dict, titles:dict) -> str:
            '{ .nb-description }']
     for group, rs in refs.items():
         out += [f'## {group}', api_table([(r.link(), r.doc) for r in rs])]
-    others = other_names({r.name for rs in refs.values() for r in rs})
-    out += ['---', '## Everything else, for contributors', f'The rest of `{lib}.all` and the fastai methods `{lib}` patches: '
+    public = {n for rs in refs.values() for r in rs for n in r.name.split(', ')} | {u.sym for us in API_GROUPS.values() for u in us if u.sym}
+    others = other_names(public)
+    out += ['---', '## Everything else, for contributors', f"The other names `{lib}`'s modules export (each imported from its "
+            f'module: `{lib}.all` gives the ones above) and the fastai methods `{lib}` patches: '
             f'internals, documented for contributors. You need none of them to use `{lib}`.',
             f'??? abstract contributors "{sum(map(len, others.values()))} names, by module"']
     for mod, rows in others.items():
