@@ -19,7 +19,8 @@ def own_network(held:int):
     if libc.unshare(CLONE_NEWNET) != 0: sys.exit(f'port_churn: unshare(CLONE_NEWNET) failed: {os.strerror(ctypes.get_errno())}')
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack('16sH22x', b'lo', IFF_UP))
-    Path('/proc/sys/net/ipv4/ip_local_port_range').write_text(f'{FIRST} {FIRST + held + FREE - 1}')
+    try: Path('/proc/sys/net/ipv4/ip_local_port_range').write_text(f'{FIRST} {FIRST + held + FREE - 1}')
+    except OSError as e: sys.exit(f"port_churn: could not narrow the namespace's ports (/proc/sys read-only?): {e}")
 
 def churn(held:int):
     "Take a port, free the oldest: forever"
