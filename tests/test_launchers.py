@@ -145,7 +145,9 @@ def test_torchrun_sigusr1_default_orphans_ranks(tools, tmp_root):
 def test_accelerate_sigterm_to_launcher(tools, tmp_root):
     run = tmp_root/'acc-launcher'
     code, _ = preempt_and_resume(accelerate_cmd() + train_args(run), run, tools, tmp_root, 'launcher', label='accelerate launch --multi_gpu')
-    assert code == 1
+    # accelerate's own exit, not ddpsafe's (the ranks' 75 and ddpsafe-status's 75 are checked above, and the recipes requeue on
+    # those): 1 when torch's agent inside it turned the SIGTERM into an error, 143 when the signal ended it first (a CI run, under load)
+    assert code in (1, 128 + signal.SIGTERM), code
 
 # ---------------------------------------------------------------------------------------------------------------
 # DataLoader workers started with `spawn`: the signal lands before any Python code of the worker has run
