@@ -160,7 +160,7 @@ def test_checkpoint_without_manifest(folder):
 # A checkpoint from another world size resumes from exactly its weights and optimizer state, and the run finishes
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize('n', [1, 4])
+@pytest.mark.parametrize('n', [1, pytest.param(4, marks=pytest.mark.slow)])   # 4 ranks on 2 cores: slow; 1 is another world size too
 def test_other_world_size(folder, n):
     "The checkpoint of epoch 2 of 4, saved on 2 ranks (3 steps an epoch), resumed on n ranks"
     name = checkpoint_name(6)

@@ -59,7 +59,7 @@ def test_sigterm_and_resume_sharded(folder, mode):
           f'bit-identical to the uninterrupted sharded run; ddpsafe-export of {last.name} equals the final weights ({len(got)} tensors)')
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize('saved, n', [('fsdp', 1), ('fsdp', 4), ('ddp', 2)])
+@pytest.mark.parametrize('saved, n', [('fsdp', 1), pytest.param('fsdp', 4, marks=pytest.mark.slow), ('ddp', 2)])   # 4 ranks on 2 cores: slow; 1 reshards too
 def test_resume_on_other_ranks(folder, saved, n):
     "The checkpoint of epoch 2 of 4 (step 6), saved sharded or by DDP on 2 ranks, resumed sharded on n ranks"
     name = checkpoint_name(6)

@@ -3,7 +3,7 @@
 this does. Then the check itself, on tiny pages built here: it fails on such a page, naming the cell, and on a shell line
 that fails or a page that hangs; it runs what a reader runs and skips what a reader is not shown."""
 from __future__ import annotations
-import importlib.util, json, shutil
+import importlib.util, json, re, shutil
 from pathlib import Path
 import pytest
 
@@ -19,6 +19,14 @@ def test_the_pages():
     stems = {p.stem for p in PAGES}
     assert {p.stem for p in howtos.how_to_pages() if any(map(bool, howtos.cells(p)))} | {'20_quickstart', '22_preemption', '23_benchmarks', '24_object_storage'} <= stems, stems
     assert not stems & {'00_core', '08_checkpoint'}, stems
+
+def test_pages_shown_whole_run_once(tmp_path):
+    "A page with no hidden cell runs here only (`nbdev-test` skips it); one with a hidden cell runs in both"
+    whole, hidden = page(tmp_path, 'x = 1', 'print(x)', name='98_whole'), page(tmp_path, '#| hide\nx = 1', 'print(x)')
+    rx = howtos.whole_pages_re([whole, hidden])
+    assert re.search(rx, '98_whole.ipynb') and not re.search(rx, '99_tiny.ipynb') and re.search(rx, '_private.ipynb'), rx
+    ran = set(howtos.whole_pages_re().split('|^(')[-1].rstrip(')$').replace('\\', '').split('|'))
+    assert '20_quickstart.ipynb' in ran and '30_best_model.ipynb' not in ran and {p.name for p in PAGES} >= ran, ran
 
 def test_the_quick_starts_ema_alone(tmp_path):
     "The quick start's EMA cell as 0.3.0 showed it, its imports hidden: the reader's `NameError`, which the check names"

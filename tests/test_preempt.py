@@ -124,7 +124,7 @@ def test_default_poll_signal_stop_and_resume(folder, accum):
           f'optimizer step {s} (batch {batches}), resumed bit-identical')
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize('poll_seconds,accum', [('0', 1), (str(POLL_SECONDS), 1), (str(POLL_SECONDS), 2)],
+@pytest.mark.parametrize('poll_seconds,accum', [('0', 1), (str(POLL_SECONDS), 1), pytest.param(str(POLL_SECONDS), 2, marks=pytest.mark.slow)],   # accumulation's stop: test_default_poll_signal_stop_and_resume[accum2]
                          ids=['every-step', 'default', 'default-accum2'])
 def test_signal_in_the_last_round(folder, poll_seconds, accum):
     "SIGTERM to rank 1 after the poll of the last step: agreed at the fit's end, both ranks exit 75, and the rerun ends the run"

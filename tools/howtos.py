@@ -23,6 +23,10 @@ This check runs each page the reader's way:
 Each page prints `PASS` or `FAIL` with its time; a failure names the cell and the error. Exit status 1 if any page failed.
 
     python tools/howtos.py [PAGE ...]      # PAGE: a notebook's path or name (30_best_model); default: every page with code
+    python tools/howtos.py --whole-re      # the pages shown whole, as `nbdev-test --skip-file-re`: run here, and only here
+
+A page that shows every code cell it has runs the same code here as under `nbdev-test`, in a stricter place (a fresh
+folder), so `tools/test.sh` has `nbdev-test` skip it: each page's code runs once. A page with a hidden cell runs in both.
 """
 from __future__ import annotations
 import json, os, re, shutil, subprocess, sys, tempfile, time
@@ -136,6 +140,15 @@ def run_page(nb:Path,             # A how-to notebook
     return dict(page=nb.stem, ok=code == 0, seconds=secs, error=error, folder=work if keep else None, output=out,
                 cells=len(starts), shown_only=shown_only)
 
+def shown_whole(nb:Path) -> bool:
+    "Does the page show every code cell it has? Then this check runs all that `nbdev-test` would, and `nbdev-test` skips it"
+    return all(not directives(''.join(c['source'])) & NOT_SHOWN for c in json.loads(nb.read_text())['cells'] if c['cell_type'] == 'code')
+
+def whole_pages_re(pages:list|None=None) -> str:
+    "`nbdev-test --skip-file-re`: its default (`^[_.]`) and the pages shown whole, which this check runs once"
+    names = [re.escape(p.name) for p in (code_pages() if pages is None else pages) if shown_whole(p)]
+    return '^[_.]' + (f"|^({'|'.join(names)})$" if names else '')
+
 def report(r:dict) -> str:
     "One line: PASS or FAIL, the page, its time, and what failed"
     what = f"{r['cells']} cell{'s'*(r['cells'] != 1)}" if 'cells' in r else ''
@@ -143,6 +156,7 @@ def report(r:dict) -> str:
     return f"{'PASS' if r['ok'] else 'FAIL'} {r['page']} ({r['seconds']:.1f}s{', ' + what if what else ''})" + (f": {r['error']}" if r['error'] else '')
 
 def main(args:list) -> int:
+    if args == ['--whole-re']: print(whole_pages_re()); return 0
     pages = [Path(a) if a.endswith('.ipynb') else ROOT/'nbs'/f'{a}.ipynb' for a in args] or code_pages()
     bad = 0
     for nb in pages:
