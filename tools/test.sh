@@ -10,7 +10,9 @@ bash tools/setup.sh
 bash tools/setup_vision.sh
 export PATH="$PWD/.venv/bin:$PATH"
 # The pages that show every code cell they have run in tests/test_howtos.py as a reader runs them; nbdev-test skips them
-nbdev-test --n-workers 2 --timing --skip-file-re "$(python tools/howtos.py --whole-re)"
+# (computed first, so that a failure stops here: an empty regex would skip every notebook)
+shown_whole=$(python tools/howtos.py --whole-re)
+nbdev-test --n-workers 2 --timing --skip-file-re "$shown_whole"
 # The test files on DDPSAFE_TEST_WORKERS pytest-xdist workers (default 2), each file's tests on one worker in order
 # (--dist loadfile: a file's module fixtures, such as test_s3's S3 server, start once); 1 runs them in this process.
 workers=${DDPSAFE_TEST_WORKERS:-2}
