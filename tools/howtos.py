@@ -144,9 +144,13 @@ def shown_whole(nb:Path) -> bool:
     "Does the page show every code cell it has? Then this check runs all that `nbdev-test` would, and `nbdev-test` skips it"
     return all(not directives(''.join(c['source'])) & NOT_SHOWN for c in json.loads(nb.read_text())['cells'] if c['cell_type'] == 'code')
 
+def whole_pages(pages:list|None=None) -> list:
+    "The pages (default: every page with code) that show every code cell they have"
+    return [p for p in (code_pages() if pages is None else pages) if shown_whole(p)]
+
 def whole_pages_re(pages:list|None=None) -> str:
     "`nbdev-test --skip-file-re`: its default (`^[_.]`) and the pages shown whole, which this check runs once"
-    names = [re.escape(p.name) for p in (code_pages() if pages is None else pages) if shown_whole(p)]
+    names = [re.escape(p.name) for p in whole_pages(pages)]
     return '^[_.]' + (f"|^({'|'.join(names)})$" if names else '')
 
 def report(r:dict) -> str:
