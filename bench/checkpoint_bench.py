@@ -14,10 +14,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import HERE, make_state, tensors, flat, nbytes, fsync_file, load, wait_quiet, trim, machine, now, rotated, sync, device_facts, command
-from ddpsafe.parts import rng_state; from ddpsafe.io import checkpoint_writers; from ddpsafe.manifest import write_checkpoint
-from ddpsafe.slot_copy import SlotPipe
-from ddpsafe.slots import slots_home
-from ddpsafe.memory import MemoryTier
+from ddpsafe.state.parts import rng_state; from ddpsafe.formats.files import checkpoint_writers; from ddpsafe.storage.manifest import write_checkpoint
+from ddpsafe.write.slot_copy import SlotPipe
+from ddpsafe.write.slots import slots_home
+from ddpsafe.write.memory import MemoryTier
 
 class Bench:
     "The methods: each returns (blocking seconds, total seconds, extra details)"

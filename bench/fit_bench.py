@@ -47,7 +47,7 @@ def learner(a, device, folder:Path):
 
 def checkpointer(mode:str, every:int):
     "The `CheckpointCallback` of a mode; `None` for the baseline"
-    from ddpsafe.checkpoint import CheckpointCallback
+    from ddpsafe.callback.checkpoint import CheckpointCallback
     kw = dict(async_=dict(every_steps=every, async_save=True), memory=dict(memory_every_steps=every),
               sync=dict(every_steps=every)).get(mode.replace('async', 'async_'))
     return None if kw is None else CheckpointCallback(every_epoch=None, resume=False, **kw)
@@ -82,7 +82,7 @@ def fit_folder(a):
     finally: shutil.rmtree(folder, ignore_errors=True); gc.collect()
 
 def one_fit(mode:str, a, device, probe) -> dict:
-    from ddpsafe.snapshot import StateBuffers
+    from ddpsafe.write.snapshot import StateBuffers
     with fit_folder(a) as folder:
         learn, ck = learner(a, device, folder), checkpointer(mode, a.every)
         t0 = time.perf_counter()

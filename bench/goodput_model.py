@@ -6,7 +6,7 @@ done again after a failure, and to restarts, fed with the costs `bench/goodput_b
     python bench/goodput_model.py --json out.json          # the same, as JSON
     python bench/goodput_model.py --survives 0.5           # half the failures are ones the memory tier survives
 
-Runs nothing: arithmetic over a result file. The model (Young's, as `ddpsafe.interval.waste`, with a second tier), its
+Runs nothing: arithmetic over a result file. The model (Young's, as `ddpsafe.callback.interval.waste`, with a second tier), its
 inputs (each from the run's `memory` scenario) and what it leaves out: the benchmarks page, "Goodput at realistic failure
 rates". Failures every `M` s, a share `f` of them survived by the memory tier; the disk every `tau_d` s at `c_d` a save,
 the tier every `tau_m` s at `c_m`; each failure costs a restart `R` and the work since the newest usable checkpoint:
@@ -18,9 +18,9 @@ from __future__ import annotations
 import sys, json, math, argparse
 from pathlib import Path
 
-try: from ddpsafe.interval import save_interval, MAX_SHARE
+try: from ddpsafe.callback.interval import save_interval, MAX_SHARE
 except ImportError:                                          # run from a checkout without ddpsafe installed
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1])); from ddpsafe.interval import save_interval, MAX_SHARE
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1])); from ddpsafe.callback.interval import save_interval, MAX_SHARE
 
 RESULTS = Path(__file__).resolve().parent/'results'
 RATES = {'one an hour': 3600., 'one every 10 min': 600.}   # realistic; the run's own stress rate is added

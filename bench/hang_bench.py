@@ -37,7 +37,7 @@ def one_fit(mode:str, n_epoch:int, stall:float, tmp:Path) -> dict:
 
 def start_cost(reps:int=200) -> dict:
     "Seconds from `iter()` to the first batch of a 2-worker torch DataLoader, watched by ddpsafe or not"
-    import torch, ddpsafe.preempt as pm
+    import torch, ddpsafe.callback.preempt as pm
     dl = torch.utils.data.DataLoader(torch.arange(64.), batch_size=8, num_workers=2)
     watched, plain, real = [], [], pm.stuck_workers
     for i in range(2*reps):

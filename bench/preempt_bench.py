@@ -62,8 +62,8 @@ def one_run(steps:int, pad_s:float, callback:bool, warmup:int, signal_after:floa
     without; with `signal_after`, rank 1 sends itself SIGTERM that long after the warm-up, and the run records when it
     was sent, when each rank began the signal's checkpoint and at which step"""
     import torch.distributed as dist
-    from ddpsafe.checkpoint import CheckpointCallback
-    from ddpsafe.preempt import StopRequests; from ddpsafe.interval import LaunchCounters
+    from ddpsafe.callback.checkpoint import CheckpointCallback
+    from ddpsafe.callback.preempt import StopRequests; from ddpsafe.callback.interval import LaunchCounters
     folder = tempfile.mkdtemp(prefix='ddpsafe-preempt-bench-')
     learn, timer, seen, inside, in_poll, in_rec = learner(steps, folder, pad_s), step_timer(warmup), {}, [], [], []
     cbs = [timer]
@@ -147,7 +147,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     import inspect
     from ddpsafe.testing import run_ranks
-    from ddpsafe.checkpoint import CheckpointCallback
+    from ddpsafe.callback.checkpoint import CheckpointCallback
     poll = inspect.signature(CheckpointCallback).parameters['poll_seconds'].default
     step_ms, t0, load_before = tuple(int(x) for x in a.step_ms.split(',')), time.time(), os.getloadavg()
     ranks = run_ranks(rank_main, n=2, args=(step_ms, a.reps, a.warmup, a.run_seconds, a.seed), timeout=3000)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import HERE, N_LAYERS, ROW, load, wait_quiet, trim, timed, write_json, now, sync, device_facts, machine, command
-from ddpsafe.parts import model_weights, load_weights, rng_state, set_rng_state; from ddpsafe.io import checkpoint_writers
-from ddpsafe.manifest import write_checkpoint; from ddpsafe.resume import choose_checkpoint, read_checkpoint_file
+from ddpsafe.state.parts import model_weights, load_weights, rng_state, set_rng_state; from ddpsafe.formats.files import checkpoint_writers
+from ddpsafe.storage.manifest import write_checkpoint; from ddpsafe.state.resume import choose_checkpoint, read_checkpoint_file
 
 def learner_state(mb:int):
     "A model and fastai `Adam` optimizer of about `mb` MB together, after one step"

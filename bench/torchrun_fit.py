@@ -50,8 +50,8 @@ def parse_args(argv=None):
 
 def checkpoint_callback(a):
     "`CheckpointCallback`, with events around its set-up, resume and saves and after each optimizer step"
-    from ddpsafe.checkpoint import CheckpointCallback
-    from ddpsafe.interval import SaveTimer, interval_note
+    from ddpsafe.callback.checkpoint import CheckpointCallback
+    from ddpsafe.callback.interval import SaveTimer, interval_note
     choose = SaveTimer._choose
     def logged_choose(timer):
         "Each interval `every_seconds='auto'` chooses, as an event"

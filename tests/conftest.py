@@ -28,7 +28,7 @@ def pytest_collection_modifyitems(config, items):
 
 def _shm_runs() -> set:
     "The runs' folders in /dev/shm (slots, memory tiers) on this machine now"
-    from ddpsafe.slots import slots_home
+    from ddpsafe.write.slots import slots_home
     return set(slots_home().glob('ddpsafe-*'))
 
 def _in_use(folder:Path) -> bool:
@@ -86,10 +86,10 @@ def same_tree(a, b) -> bool:
 def saved_state(ck) -> tuple:
     "(weights, optimizer state) of checkpoint `ck`, whole tensors, whether it holds them whole or in shards"
     import torch
-    from ddpsafe.learner import fastai_safe_globals
+    from ddpsafe.patches.learner import fastai_safe_globals
     from ddpsafe.cli import saved_weights
-    from ddpsafe.sharded import fill_placeholders, read_whole_shards
-    from ddpsafe.manifest import SHARD_INDEX, read_manifest
+    from ddpsafe.state.sharded import fill_placeholders, read_whole_shards
+    from ddpsafe.storage.manifest import SHARD_INDEX, read_manifest
     with torch.serialization.safe_globals(fastai_safe_globals()): opt = torch.load(ck/'optimizer.pt', weights_only=True)
     return saved_weights(ck), fill_placeholders(opt, read_whole_shards(ck) if SHARD_INDEX in read_manifest(ck)['files'] else {})
 
@@ -98,7 +98,7 @@ def resumed_on(folder, n_epoch:int, n:int, *args, saved_by:int=2) -> tuple:
     the end: (codes, outs, results). Every rank must start from exactly its weights and optimizer state, and end with the
     same weights as the others"""
     import torch
-    from ddpsafe.manifest import newest_complete
+    from ddpsafe.storage.manifest import newest_complete
     ck = newest_complete(folder/'checkpoints')
     weights, opt = saved_state(ck)                        # read now: rotation removes `ck` before the run ends
     tc = train_ckpt()

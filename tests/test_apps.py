@@ -28,9 +28,9 @@ import os, re, json, signal, subprocess
 from pathlib import Path
 import pytest, torch
 from ddpsafe.testing import wait_until, WaitTimeout
-from ddpsafe.preempt import REQUEUE_EXIT_CODE
-from ddpsafe.manifest import newest_complete, read_manifest
-from ddpsafe.learner import BN_ON_CPU_NOTE
+from ddpsafe.callback.preempt import REQUEUE_EXIT_CODE
+from ddpsafe.storage.manifest import newest_complete, read_manifest
+from ddpsafe.patches.learner import BN_ON_CPU_NOTE
 from conftest import Launch, env, status, report, ROOT, BIN
 
 SCRIPT = ROOT/'tests'/'scripts'/'apps_train.py'

@@ -33,11 +33,11 @@ from fastai.callback.progress import ProgressCallback
 import fastai.callback.schedule                      # fit_one_cycle
 import fastai.distributed                            # distrib_ctx
 from ddpsafe.all import *
-import ddpsafe.saver as ckmod                       # where the saver makes the checkpoint writers
-from ddpsafe.checkpoint import CheckpointCallback, step_lock
-from ddpsafe.manifest import checkpoints, check_checkpoint, newest_complete, read_manifest, checkpoint_name
-from ddpsafe.learner import fastai_safe_globals
-from ddpsafe.core import rank
+import ddpsafe.write.saver as ckmod                       # where the saver makes the checkpoint writers
+from ddpsafe.callback.checkpoint import CheckpointCallback, step_lock
+from ddpsafe.storage.manifest import checkpoints, check_checkpoint, newest_complete, read_manifest, checkpoint_name
+from ddpsafe.patches.learner import fastai_safe_globals
+from ddpsafe.dist.collectives import rank
 from ddpsafe.testing import run_ranks, synth_dls, synth_learner, wait_until
 
 @pytest.fixture
@@ -313,8 +313,8 @@ def test_resume_from_async(folder, stopwatch):
 def test_full_disk_error_names_checkpoint(tmpfs):
     "On a real full disk, safetensors' own error (`SafetensorError`) still comes out as `OSError(ENOSPC)` naming the checkpoint"
     small_disk = tmpfs('16m')
-    from ddpsafe.manifest import write_checkpoint
-    from ddpsafe.parts import checkpoint_writers
+    from ddpsafe.storage.manifest import write_checkpoint
+    from ddpsafe.state.parts import checkpoint_writers
     fill_disk(small_disk)
     weights = {'w': torch.ones(1000)}
     with pytest.raises(OSError) as e:

@@ -21,9 +21,9 @@ import os, re, random, signal, time
 from pathlib import Path
 import pytest
 from ddpsafe.testing import wait_until, WaitTimeout
-from ddpsafe.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint
-from ddpsafe.commit import temporaries
-from ddpsafe.slots import sealed_slots, previous_writer
+from ddpsafe.storage.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint
+from ddpsafe.storage.commit import temporaries
+from ddpsafe.write.slots import sealed_slots, previous_writer
 from conftest import final_weights, same_weights, Launch, report, torchrun_cmd, needs_torchrun, full_run, ROOT
 
 SCRIPT = ROOT/'tests'/'scripts'/'launcher_train.py'

@@ -14,9 +14,9 @@ from __future__ import annotations
 import os, sys, shutil, subprocess, tempfile, importlib.util
 from pathlib import Path
 import pytest
-from ddpsafe.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint, read_manifest, checkpoint_name, MANIFEST
-from ddpsafe.preempt import REQUEUE_EXIT_CODE
-from ddpsafe.interval import LAUNCHES, COUNTERS
+from ddpsafe.storage.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint, read_manifest, checkpoint_name, MANIFEST
+from ddpsafe.callback.preempt import REQUEUE_EXIT_CODE
+from ddpsafe.callback.interval import LAUNCHES, COUNTERS
 HISTORY = (LAUNCHES, COUNTERS)   # the launch history the callback keeps beside the checkpoints (`ddpsafe-goodput` reads it)
 
 from conftest import train_ckpt, fail_msg, batches, resumed_on

@@ -7,8 +7,8 @@ from __future__ import annotations
 import sys, json, time, subprocess
 from pathlib import Path
 import pytest
-from ddpsafe.manifest import write_checkpoint, checkpoint_name, MANIFEST, REQUEUE_EXIT_CODE, STOPPED_EXIT_CODE
-from ddpsafe.owner import claim_folder, OWNER
+from ddpsafe.storage.manifest import write_checkpoint, checkpoint_name, MANIFEST, REQUEUE_EXIT_CODE, STOPPED_EXIT_CODE
+from ddpsafe.storage.owner import claim_folder, OWNER
 
 BIN = Path(sys.executable).parent
 
@@ -187,8 +187,8 @@ def test_ls_twenty_checkpoints_timing(tmp_path):
 
 def test_requeue_code_shared_with_preempt():
     "`ddpsafe-status` answers from the manifest module's constants (no torch); the training side exits with the same one"
-    from ddpsafe.preempt import REQUEUE_EXIT_CODE as from_preempt
-    from ddpsafe.checkpoint import CheckpointCallback
+    from ddpsafe.callback.preempt import REQUEUE_EXIT_CODE as from_preempt
+    from ddpsafe.callback.checkpoint import CheckpointCallback
     assert REQUEUE_EXIT_CODE == from_preempt == CheckpointCallback().exit_code
     assert len({0, 1, 2, REQUEUE_EXIT_CODE, STOPPED_EXIT_CODE}) == 5      # every state its own code
 
@@ -198,7 +198,7 @@ def test_status_after_a_real_run(tmp_path, kwargs):
     "A run that trained to its end is 'finished', whichever save came last: the last epoch's (the default) or the end of fit's"
     from fastai.callback.progress import ProgressCallback   # noqa: F401 (no_bar)
     from ddpsafe.testing import synth_learner
-    from ddpsafe.checkpoint import CheckpointCallback
+    from ddpsafe.callback.checkpoint import CheckpointCallback
     learn = synth_learner(path=tmp_path)
     with learn.no_bar(), learn.no_logging(): learn.fit(3, cbs=CheckpointCallback(**kwargs))
     s = cli('ddpsafe-status', tmp_path/'checkpoints')

@@ -1,4 +1,4 @@
-"""The commit protocol of `ddpsafe.commit` under real crashes: a process killed between the write and the rename, in the
+"""The commit protocol of `ddpsafe.storage.commit` under real crashes: a process killed between the write and the rename, in the
 middle of a checkpoint's files, or in the middle of a rotation's delete leaves the old content whole under its name and a
 hidden leftover that the next run removes. Each checkpoint file is hashed once, while it is written. The command-line
 layer imports no torch."""
@@ -6,9 +6,9 @@ from __future__ import annotations
 import os, sys, json, errno, signal, subprocess
 from pathlib import Path
 import pytest, xxhash
-import ddpsafe.commit, ddpsafe.manifest
-from ddpsafe.commit import *
-from ddpsafe.manifest import write_checkpoint, checkpoints, check_checkpoint, newest_complete, rotate, clean_incomplete, \
+import ddpsafe.storage.commit, ddpsafe.storage.manifest
+from ddpsafe.storage.commit import *
+from ddpsafe.storage.manifest import write_checkpoint, checkpoints, check_checkpoint, newest_complete, rotate, clean_incomplete, \
     checkpoint_name, read_manifest, MANIFEST
 
 pytestmark = pytest.mark.timeout(120)
@@ -26,7 +26,7 @@ def test_crash_between_write_and_rename(tmp_path):
     "SIGKILL after the new file is written and fsynced, before the rename: the old file is whole, the leftover is found and removed"
     f = tmp_path/'model.pth'
     commit_file(f, b'old content')
-    killed(KILL + f"import ddpsafe.commit as c\nc.os.replace = die\nc.commit_file({str(f)!r}, b'new content')")
+    killed(KILL + f"import ddpsafe.storage.commit as c\nc.os.replace = die\nc.commit_file({str(f)!r}, b'new content')")
     assert f.read_bytes() == b'old content'
     left = temporaries(tmp_path)
     assert [(temporary_of(p)[0], kind) for p, kind in left] == [('model.pth', 'tmp')], left
@@ -39,8 +39,8 @@ def test_crash_while_writing_a_checkpoint(tmp_path):
     root = tmp_path/'checkpoints'
     write_checkpoint(root, 10, {'model.safetensors': b'w'*1000, 'optimizer.pt': b'o'*500})
     killed(KILL + f"""
-from ddpsafe.commit import FileWriter
-from ddpsafe.manifest import write_checkpoint
+from ddpsafe.storage.commit import FileWriter
+from ddpsafe.storage.manifest import write_checkpoint
 def half(f): f.write(b'x'*300); f.flush(); die()
 write_checkpoint({str(root)!r}, 20, {{'model.safetensors': b'w'*1000, 'optimizer.pt': FileWriter(half)}})""")
     assert [p.name for p in checkpoints(root)] == [checkpoint_name(10)]
@@ -56,8 +56,8 @@ def test_checkpoint_complete_or_invisible_to_a_reader(tmp_path):
     root = tmp_path/'checkpoints'
     writer = subprocess.Popen([sys.executable, '-c', f"""
 import time
-from ddpsafe.commit import FileWriter
-from ddpsafe.manifest import write_checkpoint
+from ddpsafe.storage.commit import FileWriter
+from ddpsafe.storage.manifest import write_checkpoint
 def slow(f):
     for _ in range(20): f.write(b'x'*1000); f.flush(); time.sleep(0.001)
 for s in range(1, 31): write_checkpoint({str(root)!r}, s, {{'a.bin': FileWriter(slow), 'b.bin': FileWriter(slow), 'c.bin': b'c'*10}})
@@ -79,7 +79,7 @@ def test_rotation_removes_by_rename_aside(tmp_path):
     "SIGKILL in the middle of deleting a rotated checkpoint: its name is already gone, the whole folder waits as a hidden leftover"
     root = tmp_path/'checkpoints'
     for s in (1, 2, 3): write_checkpoint(root, s, {'model.safetensors': b'w'*100, 'state.pt': b's'*10})
-    killed(KILL + f"import ddpsafe.commit as c\nc.shutil.rmtree = die\nfrom ddpsafe.manifest import rotate\nrotate({str(root)!r}, keep=2)")
+    killed(KILL + f"import ddpsafe.storage.commit as c\nc.shutil.rmtree = die\nfrom ddpsafe.storage.manifest import rotate\nrotate({str(root)!r}, keep=2)")
     assert [p.name for p in checkpoints(root)] == [checkpoint_name(2), checkpoint_name(3)]
     [(aside, kind)] = temporaries(root)
     assert (kind, temporary_of(aside)[0]) == ('old', checkpoint_name(1)), aside
@@ -91,10 +91,10 @@ def test_rotation_order_rename_then_delete(tmp_path, monkeypatch):
     root = tmp_path/'checkpoints'
     for s in (1, 2, 3): write_checkpoint(root, s, {'w': b'w'})
     deleted = []
-    real = ddpsafe.commit._remove
+    real = ddpsafe.storage.commit._remove
     def spy(p):
         deleted.append((p.name, (root/checkpoint_name(1)).exists(), (p/MANIFEST).exists())); real(p)
-    monkeypatch.setattr(ddpsafe.commit, '_remove', spy)
+    monkeypatch.setattr(ddpsafe.storage.commit, '_remove', spy)
     assert rotate(root, keep=2) == [root/checkpoint_name(1)]
     assert len(deleted) == 1 and temporary_of(deleted[0][0]) == (checkpoint_name(1), 'old'), deleted
     assert deleted[0][1:] == (False, True), deleted
@@ -114,8 +114,8 @@ def test_failed_commit_keeps_errno_and_old_content(tmp_path):
 def test_each_file_hashed_once(tmp_path, monkeypatch):
     "A save with bytes and FileWriters reads no file back, and rotation after it reads none of the checkpoint it just wrote"
     reads = []
-    monkeypatch.setattr(ddpsafe.commit, 'file_digest', lambda p, *a, **k: reads.append(Path(p).name) or '0')
-    monkeypatch.setattr(ddpsafe.manifest, 'file_digest', lambda p, *a, **k: reads.append(Path(p).parent.name) or '0')
+    monkeypatch.setattr(ddpsafe.storage.commit, 'file_digest', lambda p, *a, **k: reads.append(Path(p).name) or '0')
+    monkeypatch.setattr(ddpsafe.storage.manifest, 'file_digest', lambda p, *a, **k: reads.append(Path(p).parent.name) or '0')
     root = tmp_path/'checkpoints'
     for s in (1, 2, 3):
         ck = write_checkpoint(root, s, {'model.safetensors': b'w'*100, 'state.pt': FileWriter(lambda f: f.write(b's'*10))})
@@ -132,13 +132,13 @@ def test_each_file_hashed_once(tmp_path, monkeypatch):
 def test_torch_writer_hash_matches_the_file(tmp_path):
     "torch.save through the hashing file gives the checksum of the bytes on disk"
     torch = pytest.importorskip('torch')
-    from ddpsafe.io import torch_writer, safetensors_writer
+    from ddpsafe.formats.files import torch_writer, safetensors_writer
     ck = write_checkpoint(tmp_path, 1, {'state.pt': torch_writer({'w': torch.randn(300, 7), 'n': 3}),
                                         'model.safetensors': safetensors_writer({'w': torch.randn(5, 4).t()})})
     assert check_checkpoint(ck, checksums=True) == []
     assert torch.load(ck/'state.pt')['n'] == 3
 
-@pytest.mark.parametrize('module', ['ddpsafe', 'ddpsafe.commit', 'ddpsafe.manifest', 'ddpsafe.owner', 'ddpsafe.cli'])
+@pytest.mark.parametrize('module', ['ddpsafe', 'ddpsafe.storage.commit', 'ddpsafe.storage.manifest', 'ddpsafe.storage.owner', 'ddpsafe.cli'])
 def test_file_layer_imports_no_torch(module):
     "In a fresh interpreter, the file layer and the command-line tools load no torch and no fastai module"
     probe = f"import sys, {module}; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'fastai'))))"

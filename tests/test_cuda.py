@@ -20,8 +20,8 @@ import os, sys, signal, subprocess
 from pathlib import Path
 import pytest, torch
 from conftest import train_ckpt, fail_msg, needs_torchrun, TORCHRUN, tools   # noqa: F401 (`tools` is a fixture)
-from ddpsafe.preempt import REQUEUE_EXIT_CODE
-from ddpsafe.manifest import newest_complete, MANIFEST
+from ddpsafe.callback.preempt import REQUEUE_EXIT_CODE
+from ddpsafe.storage.manifest import newest_complete, MANIFEST
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason='no CUDA device: these run on a GPU machine only')
 tc = train_ckpt()
@@ -30,7 +30,7 @@ ONE_GPU = {'LOCAL_RANK': '0', 'CUBLAS_WORKSPACE_CONFIG': ':4096:8'}   # both ran
 
 def test_pinned_snapshot():
     "The snapshot of CUDA tensors is in pinned host memory, equal to them when taken, and stays so while the GPU goes on"
-    from ddpsafe.snapshot import StateBuffers
+    from ddpsafe.write.snapshot import StateBuffers
     w = torch.randn(1024, 1024, device='cuda')
     bufs = StateBuffers()
     snap = bufs.copy(dict(w=w, step=torch.tensor(3, device='cuda')))

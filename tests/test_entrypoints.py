@@ -14,8 +14,8 @@ from fastai.learner import Learner
 from fastai.callback.tracker import SaveModelCallback
 from fastai.callback.progress import ProgressCallback
 import fastai.callback.schedule, fastai.distributed
-from ddpsafe.checkpoint import CheckpointCallback
-from ddpsafe.core import world, barrier
+from ddpsafe.callback.checkpoint import CheckpointCallback
+from ddpsafe.dist.collectives import world, barrier
 from ddpsafe.testing import run_ranks, synth_learner
 
 CB_SETS = {'none': lambda: [], 'savemodel': lambda: [SaveModelCallback()], 'checkpoint': lambda: [CheckpointCallback(every_steps=2)],

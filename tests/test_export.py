@@ -16,9 +16,9 @@ import pytest, torch
 from fastai.callback.core import Callback
 from fastai.callback.tracker import SaveModelCallback
 import fastai.distributed     # distrib_ctx, and fastai's progress bar (`no_bar`)
-from ddpsafe.checkpoint import CheckpointCallback
-from ddpsafe.learner import fastai_stock, pickled_modules, load_learner, _pickle_of
-from ddpsafe.manifest import newest_complete, read_manifest
+from ddpsafe.callback.checkpoint import CheckpointCallback
+from ddpsafe.patches.learner import fastai_stock, pickled_modules, load_learner, _pickle_of
+from ddpsafe.storage.manifest import newest_complete, read_manifest
 from ddpsafe.testing import run_ranks, run_without, synth_learner
 
 X = [0.1, -0.2, 0.3, 0.5]     # the input every learner here predicts from
@@ -92,7 +92,7 @@ def test_stock_export_fails_without_ddpsafe(tmp_path):
     learn = trained(tmp_path, 'Learner')
     fastai_stock['Learner.export'](learn)
     f = tmp_path/'export.pkl'
-    assert b'ddpsafe' in _pickle_of(f) and 'ddpsafe.checkpoint' in pickled_modules(f)
+    assert b'ddpsafe' in _pickle_of(f) and 'ddpsafe.callback.checkpoint' in pickled_modules(f)
     (tmp_path/'files.json').write_text(json.dumps([str(f)]))
     out = run_without(LOAD, cwd=tmp_path)
     assert out.returncode != 0, 'the stock export loaded without ddpsafe: this test could not tell the difference'

@@ -28,7 +28,7 @@ def test_worker_error_on_rank1(tmp_path, loader):
     code, secs, out, left = run_job(tmp_path/'run', 'worker', '--loader', loader, ranks=2)
     check_ended(code, out, left, '[rank1]: ValueError: corrupt sample', 'training failed on rank 0: rank 1 failed with ValueError: corrupt sample')
     named = [l for l in out.splitlines() if 'rank 1 failed with ValueError' in l]
-    assert any('ddpsafe.ranks.PeerFailed: training failed on rank 0' in l for l in named), out[-4000:]   # a class of its own, a DistTimeout (in ddpsafe.ranks since issue 58)
+    assert any('ddpsafe.dist.ranks.PeerFailed: training failed on rank 0' in l for l in named), out[-4000:]   # a class of its own, a DistTimeout (in ddpsafe.dist.ranks since issue 58)
     assert not any('Connection closed' in l or 'gloo' in l for l in named), named                     # gloo's words left out
 
 def test_callback_error_during_async_save(tmp_path):

@@ -31,7 +31,7 @@ def test_the_check_fails_on_a_stale_page():
             '0.25% of it, at 4.0, 10.7 and 52 ms steps')
     assert F.stated_differently({'ok.md': same}, vals) == []
     assert len(F.stated_differently({'x.md': '`DDPSAFE_TIMEOUT` (20 minutes by default)'})) == 1
-    assert len(F.stated_differently({'x.md': 'exits with code **76** (`ddpsafe.preempt.REQUEUE_EXIT_CODE`)'})) == 1
+    assert len(F.stated_differently({'x.md': 'exits with code **76** (`ddpsafe.callback.preempt.REQUEUE_EXIT_CODE`)'})) == 1
     assert len(F.stated_differently({'x.md': '| 4 (stopped, `STOPPED_EXIT_CODE`) |'})) == 1
     assert len(F.stated_differently({'x.md': 'PyTorch 2.4 or newer'}, dict(vals, **{'versions.torch': '2.5'}))) == 1
 
@@ -43,7 +43,7 @@ def test_the_check_fails_on_a_stale_page():
     ('checkpoint.monitor', "(`CheckpointCallback(monitor='accuracy')` by default)"),
     ('checkpoint.every_epoch', 'keep `every_epoch=2` (the default: every epoch)'),
     ('checkpoint.upload_wait', 'it waits at most `upload_wait` seconds (30 by default: fit it into the grace period)'),
-    ('preempt.remote_switch_seconds', 'looked for at most every 5 s (`ddpsafe.preempt.REMOTE_SWITCH_SECONDS`)'),
+    ('preempt.remote_switch_seconds', 'looked for at most every 5 s (`ddpsafe.callback.preempt.REMOTE_SWITCH_SECONDS`)'),
     ('versions.torch', 'PyTorch 2.4 is the oldest accepted.'),
     ('versions.torch', 'also on 2.4.1 with torchvision 0.19.1, the oldest accepted')])
 def test_defaults_stated_by_hand(fig, stale):

@@ -19,9 +19,9 @@ import sys, time, signal, shutil, subprocess, tempfile
 from pathlib import Path
 import pytest, torch
 import safetensors.torch as st
-from ddpsafe.manifest import newest_complete, checkpoint_name, check_checkpoint, read_manifest, checkpoints, MANIFEST
-from ddpsafe.sharded import read_shard_index
-from ddpsafe.preempt import REQUEUE_EXIT_CODE
+from ddpsafe.storage.manifest import newest_complete, checkpoint_name, check_checkpoint, read_manifest, checkpoints, MANIFEST
+from ddpsafe.state.sharded import read_shard_index
+from ddpsafe.callback.preempt import REQUEUE_EXIT_CODE
 
 from conftest import train_ckpt, fail_msg, batches, resumed_on
 tc = train_ckpt()

@@ -15,10 +15,10 @@ import safetensors.torch as st
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT/'bench'))
 from harness import GILProbe
-from ddpsafe.commit import FileWriter
-from ddpsafe.manifest import write_checkpoint
-from ddpsafe.parts import checkpoint_writers
-from ddpsafe.snapshot import AsyncWriter, StateBuffers
+from ddpsafe.storage.commit import FileWriter
+from ddpsafe.storage.manifest import write_checkpoint
+from ddpsafe.state.parts import checkpoint_writers
+from ddpsafe.write.snapshot import AsyncWriter, StateBuffers
 
 MARGIN = 0.003   # a wake-up's own latency and the probe's tick, beyond the switch interval
 

@@ -7,13 +7,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT/'bench'))
 import goodput_model as G
-from ddpsafe.interval import waste
+from ddpsafe.callback.interval import waste
 
 def test_lost_by_hand():
     # one failure an hour, a restart of 20 s, the disk every 60 s at 0.1 s a save: saves 0.1/60, redo 30/3600, restart 20/3600
     no = G.lost(M=3600, R=20, tau_d=60, c_d=.1)
     assert (no['saves'], no['redo'], no['restart']) == pytest.approx((1/600, 1/120, 1/180))
-    assert no['total'] == pytest.approx(waste(60, .1, 3600, 20))              # without the tier, ddpsafe.interval's waste
+    assert no['total'] == pytest.approx(waste(60, .1, 3600, 20))              # without the tier, ddpsafe.callback.interval's waste
     # the memory tier every 10 s at 0.05 s a save, surviving 3 failures of 4: saves 0.1/60 + 0.05/10, redo (0.75*5 + 0.25*30)/3600
     yes = G.lost(M=3600, R=20, tau_d=60, c_d=.1, tau_m=10, c_m=.05, f=.75)
     assert yes['saves'] == pytest.approx(1/600 + 1/200) and yes['redo'] == pytest.approx(11.25/3600)

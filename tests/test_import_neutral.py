@@ -30,7 +30,7 @@ def probe(stmt:str) -> dict:
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize('stmt', ['import ddpsafe', 'import ddpsafe.core, ddpsafe.io', 'import ddpsafe.all',
-                                  'from ddpsafe.all import *', 'import ddpsafe.checkpoint, ddpsafe.callbacks, ddpsafe.learner'])
+                                  'from ddpsafe.all import *', 'import ddpsafe.callback.checkpoint, ddpsafe.callback.trackers, ddpsafe.patches.learner'])
 def test_import_changes_no_fastai_default(stmt):
     r = probe(stmt)
     assert r['after'] == r['before'], f'{stmt} changed: ' + json.dumps(
@@ -44,10 +44,28 @@ def test_fastai_modules_imported_later_are_still_patched():
         import ddpsafe.all
         import sys; assert 'fastai.distributed' not in sys.modules and 'fastai.callback.progress' not in sys.modules
         import fastai.distributed, fastai.callback.progress
-        from ddpsafe.learner import fastai_stock
+        from ddpsafe.patches.learner import fastai_stock
         assert fastai.distributed.DistributedDL._broadcast.__module__.startswith('ddpsafe'), 'DistributedDL not patched'
         assert fastai.callback.progress.CSVLogger.before_fit.__module__.startswith('ddpsafe'), 'CSVLogger not patched'
         print('ok')
     ''')
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0 and out.stdout.strip() == 'ok', out.stderr[-3000:]
+
+API_PATHS = '''
+import sys
+import ddpsafe.core, ddpsafe.io
+assert not [m for m in sys.modules if m.split('.')[0] == 'fastai'], 'ddpsafe.core and ddpsafe.io imported fastai'
+from ddpsafe.core import on_main, agree, rank; from ddpsafe.io import atomic_save, safe_load, prepare_dir
+from ddpsafe.checkpoint import CheckpointCallback
+from ddpsafe.all import *
+import ddpsafe.dist.collectives as c, ddpsafe.formats.files as f, ddpsafe.callback.checkpoint as k
+assert (ddpsafe.core.__all__, ddpsafe.io.__all__) == (c.__all__, f.__all__) and CheckpointCallback is k.CheckpointCallback
+print('ok')
+'''
+
+@pytest.mark.timeout(300)
+def test_api_paths():
+    "shared/API.md's import paths (`ddpsafe.core`, `ddpsafe.io`, `ddpsafe.checkpoint`, `ddpsafe.all`) give the names of the rooms that hold them; the first two import no fastai"
+    out = subprocess.run([sys.executable, '-c', API_PATHS], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0 and out.stdout.strip() == 'ok', out.stderr[-3000:]

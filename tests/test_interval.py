@@ -13,8 +13,8 @@ import pytest
 from fastai.callback.core import Callback, CancelFitException
 import fastai.callback.progress   # learn.no_bar
 import ddpsafe.all   # fastai patched, as users have it
-from ddpsafe.checkpoint import CheckpointCallback
-from ddpsafe.interval import LAUNCHES, MAX_SHARE, PRIOR_MTBF, read_launches, record_launch
+from ddpsafe.callback.checkpoint import CheckpointCallback
+from ddpsafe.callback.interval import LAUNCHES, MAX_SHARE, PRIOR_MTBF, read_launches, record_launch
 from ddpsafe.testing import synth_learner
 
 @pytest.fixture

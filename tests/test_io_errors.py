@@ -8,10 +8,10 @@ import os, errno, subprocess, tempfile, time
 from pathlib import Path
 import pytest, torch
 from ddpsafe.testing import run_ranks, synth_learner
-from ddpsafe.core import rank
-from ddpsafe.io import atomic_save, safe_load, CorruptFileError, UnsafePickleError
-import ddpsafe.learner
-from ddpsafe.learner import CheckpointMismatch
+from ddpsafe.dist.collectives import rank
+from ddpsafe.formats.files import atomic_save, safe_load, CorruptFileError, UnsafePickleError
+import ddpsafe.patches.learner
+from ddpsafe.patches.learner import CheckpointMismatch
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os, sys, subprocess, textwrap
 from pathlib import Path
 import pytest
-from ddpsafe.preempt import fork_deadlock_prone
-from ddpsafe.manifest import REQUEUE_EXIT_CODE
+from ddpsafe.callback.preempt import fork_deadlock_prone
+from ddpsafe.storage.manifest import REQUEUE_EXIT_CODE
 
 SCRIPT = textwrap.dedent('''
     import os, sys, signal

@@ -17,7 +17,7 @@ import pytest, torch
 from ddpsafe.testing import wait_until, WaitTimeout
 from conftest import (Launch, env, status, status_line, report, torchrun_cmd, accelerate_cmd, needs_torchrun,
                       needs_accelerate, ROOT, BIN, TORCHRUN, ACCELERATE)
-from ddpsafe.manifest import REQUEUE_EXIT_CODE, STOPPED_EXIT_CODE, write_checkpoint
+from ddpsafe.storage.manifest import REQUEUE_EXIT_CODE, STOPPED_EXIT_CODE, write_checkpoint
 
 SCRIPT = ROOT/'tests'/'scripts'/'launcher_train.py'
 EXAMPLES = ROOT/'examples'
@@ -48,7 +48,7 @@ def baseline(tools, tmp_root:Path) -> list:
 def tmp_root(tmp_path_factory): return tmp_path_factory.mktemp('launch')
 
 def newest_manifest(ckpt:Path) -> dict:
-    from ddpsafe.manifest import newest_complete, read_manifest
+    from ddpsafe.storage.manifest import newest_complete, read_manifest
     return read_manifest(newest_complete(ckpt))
 
 def preempt_and_resume(cmd:list, run:Path, tools, tmp_root, target:str, sig=signal.SIGTERM, label:str='', **extra_env):
@@ -160,7 +160,7 @@ class _Items(torch.utils.data.Dataset):
 @pytest.mark.parametrize('method', ['spawn', 'fork'])
 def test_workers_survive_an_early_signal(method):
     "SIGTERM to the workers the moment they are started, and again mid-epoch, inside a `StopRequests`: every batch arrives"
-    from ddpsafe.preempt import StopRequests
+    from ddpsafe.callback.preempt import StopRequests
     dl = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(12)) if method == 'spawn' else _Items(),
                                      batch_size=3, num_workers=2, multiprocessing_context=method)
     stops = StopRequests().install()

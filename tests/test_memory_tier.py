@@ -20,9 +20,9 @@ import os, re, shutil, signal, time
 from pathlib import Path
 import pytest, torch
 from ddpsafe.testing import wait_until, WaitTimeout
-from ddpsafe.memory import memory_folder, SHM
-from ddpsafe.manifest import checkpoints, checkpoint_step, newest_complete
-from ddpsafe.slots import sealed_slots
+from ddpsafe.write.memory import memory_folder, SHM
+from ddpsafe.storage.manifest import checkpoints, checkpoint_step, newest_complete
+from ddpsafe.write.slots import sealed_slots
 from conftest import final_weights, same_weights, Launch, report, torchrun_cmd, needs_torchrun, ROOT
 
 SCRIPT = ROOT/'tests'/'scripts'/'launcher_train.py'

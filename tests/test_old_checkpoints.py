@@ -20,8 +20,8 @@ from __future__ import annotations
 import json, atexit, shutil, tempfile
 from pathlib import Path
 import pytest, torch
-from ddpsafe.manifest import newest_complete, read_manifest
-from ddpsafe.learner import fastai_safe_globals
+from ddpsafe.storage.manifest import newest_complete, read_manifest
+from ddpsafe.patches.learner import fastai_safe_globals
 from conftest import train_ckpt, fail_msg, same_tree
 tc = train_ckpt()
 FIXTURES = Path(__file__).parent/'fixtures'

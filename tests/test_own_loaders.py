@@ -21,8 +21,8 @@ import io, os, sys, signal
 from pathlib import Path
 import pytest, torch
 from ddpsafe.testing import wait_until, WaitTimeout
-from ddpsafe.preempt import REQUEUE_EXIT_CODE
-from ddpsafe.manifest import newest_complete, read_manifest
+from ddpsafe.callback.preempt import REQUEUE_EXIT_CODE
+from ddpsafe.storage.manifest import newest_complete, read_manifest
 from conftest import Launch, torchrun_cmd, needs_torchrun, report, ROOT
 SCRIPT = ROOT/'tests'/'scripts'/'launcher_train.py'
 
@@ -97,8 +97,8 @@ def test_persistent_workers_let_the_process_exit(tools, tmp_path):
 def test_stateful_state_loads_safely():
     "A `StatefulDataLoader`'s mid-epoch state, with workers, through `torch.save` and a `weights_only=True` load with fastai's safe globals"
     from torchdata.stateful_dataloader import StatefulDataLoader
-    from ddpsafe.learner import fastai_safe_globals
-    from ddpsafe.checkpoint import loader_state, set_loader_state
+    from ddpsafe.patches.learner import fastai_safe_globals
+    from ddpsafe.callback.checkpoint import loader_state, set_loader_state
     items = torch.utils.data.TensorDataset(torch.arange(24.))
     def loader(): return StatefulDataLoader(items, batch_size=4, shuffle=True, num_workers=2)
     dl = loader(); it = iter(dl); next(it); next(it)

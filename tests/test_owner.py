@@ -4,14 +4,14 @@ from __future__ import annotations
 import os, sys, json, time, socket, signal, subprocess
 from pathlib import Path
 import pytest
-from ddpsafe.owner import *
+from ddpsafe.storage.owner import *
 from ddpsafe.testing import wait_until
-from ddpsafe.owner import _create, _record
+from ddpsafe.storage.owner import _create, _record
 
 CLAIMER = r"""
 import sys, time
 from pathlib import Path
-from ddpsafe.owner import claim_folder, FolderInUse
+from ddpsafe.storage.owner import claim_folder, FolderInUse
 root, start, done = Path(sys.argv[1]), float(sys.argv[2]), Path(sys.argv[3])
 time.sleep(max(0, start-time.time()))
 try: c = claim_folder(root, heartbeat=0.5)
@@ -45,7 +45,7 @@ def wait_for_owner(root:Path, pid:int, timeout:float=30):
 def test_two_processes_race(tmp_path, attempt):
     "Two processes claim one folder at the same instant: one wins, the other fails fast naming the winner"
     root, done = tmp_path/'checkpoints', tmp_path/'done'
-    start = time.time() + 1.0                   # both have imported ddpsafe.owner (about 0.2 s) by then
+    start = time.time() + 1.0                   # both have imported ddpsafe.storage.owner (about 0.2 s) by then
     ps = [start_claimer(root, done, start) for _ in range(2)]
     try:
         wait_until(lambda: any(p.poll() is not None for p in ps), 60,      # the loser exits; the winner holds the folder
@@ -152,7 +152,7 @@ def test_same_process_and_release(tmp_path):
 
 def _claim_on_ranks(root):
     "Each rank: claim through on_main, then report what it got"
-    from ddpsafe.core import on_main, rank
+    from ddpsafe.dist.collectives import on_main, rank
     try: c = on_main(claim_folder, root)
     except FolderInUse as e: return ('in use', type(e).__name__, e.owner['pid'])
     got = (c.active, c.record['pid'])

@@ -27,11 +27,11 @@ from fastai.callback.progress import ProgressCallback
 import fastai.callback.schedule                      # fit_one_cycle
 import fastai.distributed                            # distrib_ctx
 from ddpsafe.all import *
-import ddpsafe.parts as parts_mod
-from ddpsafe.core import rank
-from ddpsafe.io import safe_load, torch_writer
-from ddpsafe.learner import fastai_safe_globals
-from ddpsafe.manifest import newest_complete, read_manifest, write_checkpoint, checkpoints
+import ddpsafe.state.parts as parts_mod
+from ddpsafe.dist.collectives import rank
+from ddpsafe.formats.files import safe_load, torch_writer
+from ddpsafe.patches.learner import fastai_safe_globals
+from ddpsafe.storage.manifest import newest_complete, read_manifest, write_checkpoint, checkpoints
 from ddpsafe.testing import run_ranks, synth_learner
 from conftest import same_tree
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import os, sys, time, shutil, random, signal, subprocess, tempfile, statistics, importlib.util
 from pathlib import Path
 import pytest
-from ddpsafe.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint, read_manifest, checkpoint_name
-from ddpsafe.preempt import POLL_SECONDS, MAX_STEPS_PER_ROUND, REQUEUE_EXIT_CODE
+from ddpsafe.storage.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint, read_manifest, checkpoint_name
+from ddpsafe.callback.preempt import POLL_SECONDS, MAX_STEPS_PER_ROUND, REQUEUE_EXIT_CODE
 
 from conftest import train_ckpt, counts, fail_msg
 tc = train_ckpt()
@@ -280,7 +280,7 @@ from datetime import timedelta
 def threads(): return len(os.listdir('/proc/self/task'))
 before = threads()
 dist.init_process_group('gloo', timeout=timedelta(seconds=60))
-from ddpsafe.core import on_main
+from ddpsafe.dist.collectives import on_main
 from ddpsafe.testing import wait_until, WaitTimeout
 on_main(lambda: 1)                       # what every checkpoint save does: a broadcast on ddpsafe's side group
 dist.destroy_process_group(); gc.collect()   # torch's own function: ddpsafe does not replace it

@@ -6,7 +6,7 @@ then the ddpsafe pattern passing every attempt.
 3. `exists_hang`: ranks decide from their own `os.path.exists`, then take different collectives: a hang, caught by
    the harness timeout (`RanksFailed.missing`). `agree(os.path.exists(f))` + `safe_load`.
 4. `same_file_dls`, `same_file_state_dict`: 4 ranks `torch.save` the same 4 MB file, then load it: torn or failed loads.
-   `dls.save` / `load_dls` (ddpsafe.learner), `atomic_save` / `safe_load`.
+   `dls.save` / `load_dls` (ddpsafe.patches.learner), `atomic_save` / `safe_load`.
 5. `two_nodes`: two `torch.distributed.run` "nodes" on loopback, each with its own checkpoint folder: plain `torch.load`
    on node 1 finds no file; `safe_load` gives both nodes rank 0's bytes.
 
@@ -26,8 +26,8 @@ from __future__ import annotations
 import os, sys, time, json, shutil, random, signal, subprocess, tempfile
 from pathlib import Path
 import pytest, torch, torch.distributed as dist
-from ddpsafe.core import agree
-from ddpsafe.io import atomic_save, safe_load, prepare_dir
+from ddpsafe.dist.collectives import agree
+from ddpsafe.formats.files import atomic_save, safe_load, prepare_dir
 from ddpsafe.testing import run_ranks, RanksFailed, free_port, wait_until, WaitTimeout
 from conftest import counts
 
@@ -187,7 +187,7 @@ def test_exists_decision(folder, report_race, n):
 
 # ---------------------------------------------------------------------------------------------------------------
 # 4. Every rank saving the same file at once, then loading it: fastai `DataLoaders` (`dls.save` / `load_dls`
-#    from `ddpsafe.learner`), and a plain state dict (`atomic_save` / `safe_load`)
+#    from `ddpsafe.patches.learner`), and a plain state dict (`atomic_save` / `safe_load`)
 
 BIG = 1 << 20                            # 4 MB of float32
 DRIFT = 0.01                             # ranks reach the save up to 10 ms apart, as they do in training
@@ -205,7 +205,7 @@ def check_dls(dls, i:int) -> str|None:
     return None if x.shape == (BIG//4, 4) and bool((x == i).all()) and bool((y == i).all()) else 'torn'
 
 def same_file(folder, n, guarded, kind):
-    from ddpsafe.learner import load_dls
+    from ddpsafe.patches.learner import load_dls
     f, out = Path(folder)/'state.pth', []
     rng = random.Random(dist.get_rank())
     for i in range(n):
@@ -226,7 +226,7 @@ def same_file(folder, n, guarded, kind):
 @pytest.mark.parametrize('n', counts(10))
 @pytest.mark.parametrize('kind', ['dls', 'state_dict'])
 def test_same_file(folder, report_race, kind, n):
-    import ddpsafe.learner               # noqa: F401  (patches fastai: `DataLoaders.save`); fail here if it is broken
+    import ddpsafe.patches.learner               # noqa: F401  (patches fastai: `DataLoaders.save`); fail here if it is broken
     ranks = 4
     (folder/'u').mkdir(); (folder/'g').mkdir()
     unguarded = per_attempt(run_loop(same_file, ranks, folder/'u', n, False, kind, n=n))

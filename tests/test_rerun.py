@@ -87,7 +87,7 @@ from fastai.callback.progress import ProgressCallback
 from fastai.distributed import *
 from ddpsafe.all import *
 from ddpsafe.testing import synth_learner
-from ddpsafe.training_state import state_digest
+from ddpsafe.state.training_state import state_digest
 learn = synth_learner(path=sys.argv[2], n=256)
 learn.remove_cb(ProgressCallback)
 with learn.distrib_ctx():
@@ -103,7 +103,7 @@ def test_partial_state_before_distrib_ctx(tools, tmp_path):
                        capture_output=True, text=True, timeout=180)
     seconds, out = time.monotonic() - t0, p.stdout + p.stderr
     assert p.returncode != 0, f'the job trained and exited 0:\n{out[-3000:]}'
-    for r in range(2): assert f'[rank{r}]: ddpsafe.learner.NotDistributed' in out, f'rank {r} did not raise NotDistributed\n{out[-4000:]}'
+    for r in range(2): assert f'[rank{r}]: ddpsafe.patches.learner.NotDistributed' in out, f'rank {r} did not raise NotDistributed\n{out[-4000:]}'
     assert 'PartialState(cpu=True)' in out and 'WEIGHTS' not in out
     assert seconds < 60, f'the error took {seconds:.0f}s'
     p = subprocess.run(torchrun_cmd() + [str(tmp_path/'script.py'), 'cpu', str(tmp_path/'b')], env=env(tools),

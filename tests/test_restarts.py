@@ -3,9 +3,9 @@ checkpoints; torchrun stops rank 0, starts both again, and the run resumes from 
 itself. The checks: each rank was started again (a second PID in its marker log), the restarted rank 0 said it resumed
 from a checkpoint at or after the kill's, both ranks ended with exit 0, and the final weights equal an uninterrupted
 run's bit for bit. Run with torchrun's default rendezvous (the launcher's store, where ddpsafe starts the restarted group
-on keys of its own: `ddpsafe.restarts`) and with the recipe's c10d flags.
+on keys of its own: `ddpsafe.dist.restarts`) and with the recipe's c10d flags.
 
-A plain PyTorch script (tests/scripts/restart_plain.py) restarted twice: through `ddpsafe.restarts.init_default_group` with
+A plain PyTorch script (tests/scripts/restart_plain.py) restarted twice: through `ddpsafe.dist.restarts.init_default_group` with
 the default rendezvous, and through `dist.init_process_group()` with the recipe's c10d flags.
 
 The c10d flags' own race, reproduced beside a churn of ports in a network namespace of its own: the launcher picks the
@@ -170,7 +170,7 @@ def test_restart_port_race(tmp_path, report_race, n):
 NO_PEER = r"""
 import os, sys
 from datetime import timedelta
-from ddpsafe.restarts import init_default_group
+from ddpsafe.dist.restarts import init_default_group
 try: init_default_group('gloo', timedelta(seconds=float(sys.argv[1])))
 except RuntimeError as e: print(f'ERROR {type(e).__name__} {e}', flush=True); sys.exit(3)
 print('STARTED', flush=True)

@@ -9,9 +9,9 @@ from fastai.callback.progress import ProgressCallback
 from fastai.callback.training import GradientAccumulation
 from fastai.optimizer import SGD
 import fastai.callback.schedule, fastai.distributed
-from ddpsafe.checkpoint import CheckpointCallback
-from ddpsafe.core import rank
-from ddpsafe.manifest import checkpoints, read_manifest, MANIFEST, file_digest
+from ddpsafe.callback.checkpoint import CheckpointCallback
+from ddpsafe.dist.collectives import rank
+from ddpsafe.storage.manifest import checkpoints, read_manifest, MANIFEST, file_digest
 from ddpsafe.testing import run_ranks, synth_learner
 
 class StopAt(Callback):

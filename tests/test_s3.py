@@ -13,9 +13,9 @@ import os, sys, time, json, signal, shutil, tempfile, subprocess
 from pathlib import Path
 import pytest, xxhash, torch
 from ddpsafe.testing import S3TestServer
-from ddpsafe.commit import as_path, commit_file, FileWriter
-from ddpsafe.preempt import REQUEUE_EXIT_CODE
-from ddpsafe.manifest import (write_checkpoint, checkpoints, newest_complete, check_checkpoint, read_manifest, rotate,
+from ddpsafe.storage.commit import as_path, commit_file, FileWriter
+from ddpsafe.callback.preempt import REQUEUE_EXIT_CODE
+from ddpsafe.storage.manifest import (write_checkpoint, checkpoints, newest_complete, check_checkpoint, read_manifest, rotate,
                               clean_incomplete, checkpoint_name, MANIFEST)
 from conftest import train_ckpt, fail_msg
 tc = train_ckpt()
@@ -57,7 +57,7 @@ def test_commit_protocol_on_s3(s3):
         for _ in range(6): f.write(big)                           # 72 MB: the first part is uploaded
         started.append(f.mpu is not None)
         raise ConnectionError('connection reset by peer')
-    import ddpsafe.commit as cm
+    import ddpsafe.storage.commit as cm
     cm.UPLOAD_BACKOFF, backoff = 0.01, cm.UPLOAD_BACKOFF
     try:
         with pytest.raises(OSError, match='s3://ddpsafe/protocol/model.bin'): commit_file(target, FileWriter(broken))

@@ -14,9 +14,9 @@ import os, re, json, time, signal, subprocess, sys, textwrap
 from pathlib import Path
 import pytest
 from ddpsafe.testing import wait_until, WaitTimeout
-from ddpsafe.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint, checkpoint_name, read_manifest
-from ddpsafe.commit import temporaries
-from ddpsafe.slots import sealed_slots, previous_writer, WRITER
+from ddpsafe.storage.manifest import checkpoints, checkpoint_step, newest_complete, check_checkpoint, checkpoint_name, read_manifest
+from ddpsafe.storage.commit import temporaries
+from ddpsafe.write.slots import sealed_slots, previous_writer, WRITER
 from conftest import final_weights, same_weights, Launch, report, torchrun_cmd, needs_torchrun, status, ROOT
 
 SCRIPT = ROOT/'tests'/'scripts'/'launcher_train.py'
@@ -170,7 +170,7 @@ RSS_FIT = textwrap.dedent('''
     from fastai.learner import Learner
     from fastai.losses import MSELossFlat
     from ddpsafe.testing import synth_dls
-    from ddpsafe.checkpoint import CheckpointCallback
+    from ddpsafe.callback.checkpoint import CheckpointCallback
     run, mode = Path(sys.argv[1]), sys.argv[2]
     def anon(pid='self'):
         try:

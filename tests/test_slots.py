@@ -5,10 +5,10 @@ from __future__ import annotations
 import io, os, sys, json, time, errno, signal, operator, subprocess, textwrap
 from pathlib import Path
 import pytest, torch
-from ddpsafe.slots import SlotWriter, WriterGone, persist_slot, sealed_slots, read_seal, slot_file, previous_writer, wait_previous_writer
-from ddpsafe.slot_copy import SlotRing
-from ddpsafe.manifest import checkpoints, check_checkpoint, newest_complete, read_manifest, checkpoint_name, clean_incomplete
-from ddpsafe.commit import temporaries
+from ddpsafe.write.slots import SlotWriter, WriterGone, persist_slot, sealed_slots, read_seal, slot_file, previous_writer, wait_previous_writer
+from ddpsafe.write.slot_copy import SlotRing
+from ddpsafe.storage.manifest import checkpoints, check_checkpoint, newest_complete, read_manifest, checkpoint_name, clean_incomplete
+from ddpsafe.storage.commit import temporaries
 from conftest import same_tree
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,9 +35,9 @@ def test_round_trip_of_a_fastai_fit(tmp_path, monkeypatch):
     "Every checkpoint of a real fastai fit (Adam, the whole training state), written both ways: the same files, read the same by ddpsafe's own load path"
     import fastai.callback.progress
     from ddpsafe.testing import synth_learner
-    from ddpsafe.checkpoint import CheckpointCallback
-    from ddpsafe.saver import Saver
-    from ddpsafe.resume import read_checkpoint_file
+    from ddpsafe.callback.checkpoint import CheckpointCallback
+    from ddpsafe.write.saver import Saver
+    from ddpsafe.state.resume import read_checkpoint_file
     ring, writer, saved = SlotRing(tmp_path/'shm'/'rank-0'), SlotWriter().start(), []
     real = Saver.save
     def save(self, step, files, meta, shards=None):
@@ -106,8 +106,8 @@ TRAINER = textwrap.dedent('''
     import sys, time, torch
     sys.path.insert(0, sys.argv[3])
     from test_slots import state
-    from ddpsafe.slot_copy import SlotRing
-    from ddpsafe.slots import SlotWriter
+    from ddpsafe.write.slot_copy import SlotRing
+    from ddpsafe.write.slots import SlotWriter
     ring = SlotRing(sys.argv[1])
     slot = ring.fill(5, state(64 if sys.argv[2] == 'submit' else 8, 5), dict(epoch=0))
     if sys.argv[2] == 'submit':
@@ -151,7 +151,7 @@ def test_shm_full(tmp_path, tmpfs):
     code = textwrap.dedent(f'''
         import sys; sys.path.insert(0, {str(ROOT/'tests')!r})
         from test_slots import state
-        from ddpsafe.slot_copy import SlotRing
+        from ddpsafe.write.slot_copy import SlotRing
         try: SlotRing({str(shm)!r}).fill(1, state(4))
         except OSError as e: print('ERROR', e.errno, e)
     ''')
@@ -190,8 +190,8 @@ def test_fit_end_writes_no_tensor_twice(tmp_path, monkeypatch, async_save):
     """The fit's last step is a save step (async: the writer process commits it; sync: the trainer), then the end of the fit
     saves that step again, finished: the weights and the optimizer's state are hard links to the files just committed"""
     import fastai.callback.progress
-    from ddpsafe.checkpoint import CheckpointCallback
-    from ddpsafe.saver import Saver
+    from ddpsafe.callback.checkpoint import CheckpointCallback
+    from ddpsafe.write.saver import Saver
     big = ('model.safetensors', 'optimizer.pt')
     real, again = Saver.save, {}
     def save(self, step, files, meta, shards=None):
@@ -212,9 +212,9 @@ def test_sync_save_from_the_memory_tier(tmp_path, monkeypatch):
     """Synchronous disk saves at each epoch's end beside the memory tier, which has just sealed the same step: committed
     from the slot, nothing serialized again (`Saver._commit` is never called), the same files as a fit without the memory tier"""
     import fastai.callback.progress
-    from ddpsafe.checkpoint import CheckpointCallback
-    from ddpsafe.saver import Saver
-    from ddpsafe.resume import read_checkpoint_file
+    from ddpsafe.callback.checkpoint import CheckpointCallback
+    from ddpsafe.write.saver import Saver
+    from ddpsafe.state.resume import read_checkpoint_file
     from conftest import same_tree
     fits, real = {}, Saver._commit
     for name, kw in (('plain', {}), ('memory', dict(memory_every_steps=3))):
@@ -239,7 +239,7 @@ def test_async_keeps_the_best_by_any_comparison(tmp_path, comp):
     """`async_save` with a comparison other than `np.less`/`np.greater`: the best checkpoint is kept. Here a falling
     `valid_loss` is 'better' when greater, so the first epoch's is the best, and `keep=1` leaves it beside the newest"""
     import fastai.callback.progress
-    from ddpsafe.checkpoint import CheckpointCallback
+    from ddpsafe.callback.checkpoint import CheckpointCallback
     learn = wide_learner(tmp_path)
     with learn.no_logging(), learn.no_bar():
         learn.fit(3, cbs=CheckpointCallback('ck', async_save=True, keep=1, comp=comp))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os, sys, json, tempfile, subprocess, textwrap
 from pathlib import Path
 import pytest
-from ddpsafe.manifest import checkpoints, check_checkpoint, checkpoint_step
+from ddpsafe.storage.manifest import checkpoints, check_checkpoint, checkpoint_step
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,8 +26,8 @@ FIT = textwrap.dedent('''
     from fastai.learner import Learner
     from fastai.losses import MSELossFlat
     from ddpsafe.testing import synth_dls
-    from ddpsafe.checkpoint import CheckpointCallback
-    import ddpsafe.slots as slots, ddpsafe.slot_copy as slot_copy, ddpsafe.saver as saver
+    from ddpsafe.callback.checkpoint import CheckpointCallback
+    import ddpsafe.write.slots as slots, ddpsafe.write.slot_copy as slot_copy, ddpsafe.write.saver as saver
     run, mb, memory = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3] == '1'
     counts = dict(writer=0, trainer=0)              # saves handed to the writer process; checkpoints the training process wrote itself
     submit, persist, commit = slots.SlotWriter.submit, slot_copy.persist_slot, saver.Saver._commit

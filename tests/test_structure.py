@@ -16,14 +16,67 @@ def test_no_import_cycle():
     assert 'core' in g and 'checkpoint' in g and fl['demo'] == max(fl.values())
     assert cycles == [], f'import cycles between ddpsafe modules: {cycles}'
     assert up == [], f'modules importing one not below them: {up}'
-    for m in ('training_state', 'parts'):
-        assert not {'learner', 'preempt'} & set(g[m]), f"{m} imports {set(g[m])}: errors live where they are raised (ranks)"
+    for m in ('state.training_state', 'state.parts'):
+        assert not {'patches.learner', 'callback.preempt'} & set(g[m]), f"{m} imports {set(g[m])}: errors live where they are raised (ranks)"
     chain = structure.longest_chain(g, fl)
-    # 9, where issue 58 allowed 8: `core` split into three floors, not two (ranks <- watch <- core: the heartbeat needs the
-    # ranks, the collectives the heartbeat). The longest chain, demo -> checkpoint -> text -> parts -> sharded -> io -> core
-    # -> watch -> ranks, would be 8 only by moving io's `UnsafePickleError` and `zip_crc` (which `sharded` imports) out of
-    # their home: the measure gives way to the design here
+    # 9, where issue 58 allowed 8: `core` split into three floors, not two (ranks <- watch <- collectives: the heartbeat needs
+    # the ranks, the collectives the heartbeat). The longest chain, demo -> callback.checkpoint -> write.saver -> state.parts ->
+    # state.training_state -> formats.files -> dist.collectives -> dist.watch -> dist.ranks, would be 8 only by moving what
+    # `formats.files` gives the state (its writers, `map_tensors`) out of their home: the measure gives way to the design here
     assert len(chain) <= 9, f"a chain of {len(chain)} imports between ddpsafe's modules (at most 9): {' -> '.join(chain)}"
+
+ROOMS = ('storage', 'dist', 'formats', 'state', 'patches', 'write', 'callback')   # bottom up: each imports only rooms before it
+FRONT = {'all', 'core', 'io', 'checkpoint', 'testing', 'cli', 'goodput', 'demo'}   # the top level: what users import and run
+ROOM_CAP = 8
+
+def room_graph(g:dict) -> dict:
+    "Which rooms (subpackages; '' for the top level) import which: {room: {room imported: [the imports]}}"
+    out = {}
+    for m, ds in g.items():
+        for d in ds:
+            a, b = structure.room(m), structure.room(d)
+            if a != b: out.setdefault(a, {}).setdefault(b, []).append(f'{m} -> {d}')
+    return out
+
+def room_problems(g:dict) -> list:
+    "What is wrong with the rooms of the import graph `g`: a room of over 8 modules, an import of a room not below, a stray top-level module"
+    rooms = {}
+    for m in g: rooms.setdefault(structure.room(m), []).append(m)
+    out = [f'{r}/ holds {len(ms)} modules (at most {ROOM_CAP})' for r, ms in rooms.items() if r and len(ms) > ROOM_CAP]
+    out += [f'{r}/ is not one of the rooms {ROOMS}' for r in rooms if r and r not in ROOMS]
+    out += [f'{m}: a module at the top level, which holds only {sorted(FRONT)}' for m in rooms.get('', []) if m not in FRONT]
+    order = {r: i for i, r in enumerate(ROOMS)}
+    for a, bs in room_graph(g).items():
+        for b, how in bs.items():
+            if a and b and order.get(b, -1) >= order.get(a, -1): out.append(f'{a}/ imports {b}/, not below it: {how}')
+            if a and not b: out.append(f'{a}/ imports the top level: {how}')
+    return out
+
+def test_rooms():
+    "Subpackages by concern, each of at most 8 modules, each importing only the rooms below it: no circle between them"
+    g, *_ = floors_of(ROOT/'ddpsafe')
+    assert room_problems(g) == []
+
+def test_the_check_sees_a_room_out_of_order():
+    g = {'storage.a': {'dist.b': 'top'}, 'dist.b': {}, 'extra': {}, 'write.c': {'all': 'lazy'}, 'all': {}}
+    assert room_problems(g) == ["extra: a module at the top level, which holds only ['all', 'checkpoint', 'cli', 'core', 'demo', 'goodput', 'io', 'testing']",
+                                'storage/ imports dist/, not below it: [\'storage.a -> dist.b\']', "write/ imports the top level: ['write.c -> all']"]
+
+def top_imports(tree) -> set:
+    "The packages a module imports at its top level (not inside a function): what importing it costs"
+    out = set()
+    for n in tree.body:
+        if isinstance(n, ast.Import): out |= {a.name.split('.')[0] for a in n.names}
+        elif isinstance(n, ast.ImportFrom) and not n.level: out.add((n.module or '').split('.')[0])
+    return out
+
+def test_storage_imports_no_torch():
+    "`storage/` (the commit protocol, the manifests, the folder's owner, the upload) imports neither torch nor fastai: the CLI and the writer process stand on it"
+    mods = structure.modules(ROOT/'ddpsafe')
+    found = {m: top_imports(t) & {'torch', 'fastai', 'numpy'} for m, t in mods.items() if structure.room(m) == 'storage'}
+    assert len(found) >= 4 and not any(found.values()), found
+    g = structure.graph(mods)
+    assert not {d for m in found for d in g[m] if structure.room(d) != 'storage'}, {m: g[m] for m in found}
 
 def test_the_check_sees_a_cycle(tmp_path):
     (tmp_path/'a.py').write_text('from .b import x\n')
@@ -39,11 +92,11 @@ walk = importlib.util.module_from_spec(wspec); wspec.loader.exec_module(walk)
 def test_walk_of_a_save():
     "`tools/walk.py` traces a real save from the callback's decision to the rename that commits it"
     s = walk.summary(walk.walk_of_save())
-    assert s['path'][0] == 'checkpoint.CheckpointCallback.save' and s['path'][-1].startswith('commit.'), s['path']
-    assert s['path_modules'][:2] == ['checkpoint', 'saver'] and 'manifest' in s['path_modules'], s['path_modules']
-    assert 'upload' not in s['modules_entered'], f"a local save without a second tier enters upload: {s['modules_entered']}"
+    assert s['path'][0] == 'callback.checkpoint:CheckpointCallback.save' and s['path'][-1].startswith('storage.commit:'), s['path']
+    assert s['path_modules'][:2] == ['callback.checkpoint', 'write.saver'] and 'storage.manifest' in s['path_modules'], s['path_modules']
+    assert 'storage.upload' not in s['modules_entered'], f"a local save without a second tier enters upload: {s['modules_entered']}"
     # the whole save, not the stack at the rename: a path with "no return" was once bought with two more broadcasts a save
-    assert s['collectives'] == ['training_state->all_ranks', 'saver->on_main'], f"a synchronous save makes these collectives: {s['collectives']}"
+    assert s['collectives'] == ['state.training_state->all_ranks', 'write.saver->on_main'], f"a synchronous save makes these collectives: {s['collectives']}"
     # 14: the 12 it entered before `core` and `parts` were split, and the same calls now in `ranks` and `training_state`;
     # 15: and `slot_copy`, whose files' fingerprints (`tensor_marks`, `skeleton`) let a save of a step just committed link its files
     # 16: and `fit_loops`, where the step lock went when `checkpoint` outgrew 400 lines (issue 69): the same call, not more work
@@ -52,14 +105,14 @@ def test_walk_of_a_save():
 
 def _part_makers(imports:str) -> list:
     "The part makers registered in a fresh interpreter after `imports`"
-    code = f'{imports}\nfrom ddpsafe.parts import PART_MAKERS\nprint(*[f.__qualname__ for f in PART_MAKERS])'
+    code = f'{imports}\nfrom ddpsafe.state.parts import PART_MAKERS\nprint(*[f.__qualname__ for f in PART_MAKERS])'
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout.split()
 
 def test_same_parts_whatever_is_imported():
     "A checkpoint holds the same parts whether a script imports the callback alone or `ddpsafe.all`"
-    alone, everything = _part_makers('from ddpsafe.checkpoint import CheckpointCallback'), _part_makers('import ddpsafe.all')
+    alone, everything = _part_makers('from ddpsafe.callback.checkpoint import CheckpointCallback'), _part_makers('import ddpsafe.all')
     assert alone == everything, f'the callback alone registers {alone}; with ddpsafe.all: {everything}'
     assert 'hidden_part' in alone, alone   # fastai's text models carry a hidden state that a resume must put back
 
@@ -73,13 +126,12 @@ def _all_of(path:Path) -> list:
 def idle_star_imports(pkg:Path) -> list:
     "(module, imported) for each `from .imported import *` in `pkg` of which the module uses no name"
     out = []
-    for p in sorted(pkg.glob('*.py')):
-        if p.name in ('__init__.py', '_modidx.py', 'all.py'): continue   # `all` gathers every name, for users
-        t = ast.parse(p.read_text())
+    for m, t in structure.modules(pkg).items():
+        if m in ('all', 'core', 'io', 'checkpoint'): continue   # `all` gathers every name, for users; the three paths of the API give theirs
         used = {n.id for n in ast.walk(t) if isinstance(n, ast.Name)} | {n.attr for n in ast.walk(t) if isinstance(n, ast.Attribute)}
         for n in t.body:
-            if isinstance(n, ast.ImportFrom) and n.level == 1 and any(a.name == '*' for a in n.names):
-                if not set(_all_of(pkg/f'{n.module}.py')) & used: out.append((p.stem, n.module))
+            if isinstance(n, ast.ImportFrom) and any(a.name == '*' for a in n.names) and (d := structure._target(m, n.module, n.level)):
+                if not set(_all_of(pkg.joinpath(*d.split('.')).with_suffix('.py'))) & used: out.append((m, d))
     return out
 
 def test_no_idle_star_import():
@@ -95,10 +147,10 @@ def test_the_check_sees_an_idle_star_import(tmp_path):
 def private_imports(pkg:Path) -> list:
     "(module, line, import) for each `_name` (dunders aside) a module of `pkg` imports from ddpsafe's own, relative or absolute, at any depth"
     out = []
-    for p in sorted(pkg.glob('*.py')):
-        for n in ast.walk(ast.parse(p.read_text())):
+    for m, t in structure.modules(pkg).items():
+        for n in ast.walk(t):
             if not isinstance(n, ast.ImportFrom) or not (n.level or (n.module or '').split('.')[0] == 'ddpsafe'): continue
-            out += [(p.stem, n.lineno, f"from {'.'*n.level}{n.module or ''} import {a.name}") for a in n.names
+            out += [(m, n.lineno, f"from {'.'*n.level}{n.module or ''} import {a.name}") for a in n.names
                     if a.name.startswith('_') and not (a.name.startswith('__') and a.name.endswith('__'))]
     return out
 
@@ -118,11 +170,11 @@ EXPORTED_CAP = 200
 
 def test_exported_names():
     """At most 200 names in the modules' `__all__`: what users call and what the pages document, not the helpers modules share.
-    A name is counted once: a module that gives its floor's names too (`from ddpsafe.core import *` gives `rank`, defined
-    in `ddpsafe.ranks`, as it did before the split) adds no name"""
+    A name is counted once: a module that gives its floor's names too (`from ddpsafe.dist.collectives import *` gives `rank`, defined
+    in `ddpsafe.dist.ranks`, as it did before the split) adds no name"""
     names = structure.exported(structure.modules(ROOT/'ddpsafe'))
     n = len(set().union(*names.values()))
-    assert 'CheckpointCallback' in names['checkpoint'] and 'rank' in names['ranks'] and 'agree' in names['core'], names
+    assert 'CheckpointCallback' in names['callback.checkpoint'] and 'rank' in names['dist.ranks'] and 'agree' in names['dist.collectives'], names
     assert n <= EXPORTED_CAP, f'{n} exported names (at most {EXPORTED_CAP}): ' + ', '.join(f'{m} {len(v)}' for m, v in names.items())
 
 ALL_CAP = 70
@@ -160,15 +212,16 @@ def test_the_check_sees_a_wide_all():
     assert all_problems(['rank'], listed)[0] == 'world: shared/API.md calls it, ddpsafe.all does not give it'
 
 MODULE_CAP, GROUND_CAP = 400, 350
-GROUND = ('ranks', 'watch', 'core')   # the ground floor: who the ranks are, how a rank is watched, how the ranks agree
+GROUND = ('dist.ranks', 'dist.watch', 'dist.collectives')   # the ground floor: who the ranks are, how a rank is watched, how the ranks agree
 
 def test_module_sizes():
-    "No module of ddpsafe over 400 lines; none of the ground floor (`ranks`, `watch`, `core`: what 0.3.0's `core` held) over 350"
-    sizes = {p.stem: len(p.read_text().splitlines()) for p in (ROOT/'ddpsafe').glob('*.py') if p.name != '_modidx.py'}
+    "No module of ddpsafe over 400 lines; none of the ground floor (`dist.ranks`, `dist.watch`, `dist.collectives`: what 0.3.0's `core` held) over 350"
+    sizes = {'.'.join(p.relative_to(ROOT/'ddpsafe').with_suffix('').parts): len(p.read_text().splitlines())
+             for p in (ROOT/'ddpsafe').rglob('*.py') if p.name != '_modidx.py'}
     over = {m: n for m, n in sizes.items() if n > MODULE_CAP}
     assert over == {}, f'modules over {MODULE_CAP} lines: {over}'
     g, fl, _, _ = floors_of(ROOT/'ddpsafe')
-    assert [fl[m] for m in GROUND] == sorted(fl[m] for m in GROUND) and not g['ranks'], {m: g[m] for m in GROUND}
+    assert [fl[m] for m in GROUND] == sorted(fl[m] for m in GROUND) and not g['dist.ranks'], {m: g[m] for m in GROUND}
     over = {m: sizes[m] for m in GROUND if sizes[m] > GROUND_CAP}
     assert over == {}, f'modules of the ground floor over {GROUND_CAP} lines: {over}'
 
@@ -183,7 +236,7 @@ WRITER_PROBE = r"""
 import os, sys, tempfile
 from ddpsafe.all import *
 from ddpsafe.testing import synth_learner
-from ddpsafe.checkpoint import CheckpointCallback
+from ddpsafe.callback.checkpoint import CheckpointCallback
 os.environ['PYTHONPROFILEIMPORTTIME'] = '1'   # read at a process's start: the writer process, started below, lists its imports
 folder = tempfile.mkdtemp()
 learn = synth_learner(path=folder)

@@ -24,9 +24,9 @@ from fastai.callback.tracker import (TrackerCallback, EarlyStoppingCallback, Red
 from fastai.callback.schedule import LRFinder
 from fastai.callback.progress import CSVLogger
 import fastai.distributed                            # distrib_ctx
-import ddpsafe.callbacks
-from ddpsafe.core import rank, barrier, agree
-from ddpsafe.learner import fastai_stock
+import ddpsafe.callback.trackers
+from ddpsafe.dist.collectives import rank, barrier, agree
+from ddpsafe.patches.learner import fastai_stock
 from ddpsafe.testing import synth_learner
 from ddpsafe.testing import run_ranks, RanksFailed
 

@@ -4,7 +4,7 @@ Each run is `tests/scripts/text_train.py` on 2 CPU ranks, as a user writes it: `
 pretrained=False)` fit 2 epochs, `save_encoder('enc')`, `text_classifier_learner` (same vocabulary), `load_encoder('enc')`,
 fit 2 epochs, `export()`; fastai's loaders with 2 DataLoader workers per rank, `CheckpointCallback` on each fit (stock
 fastai cannot even start the language model here: its loader split across ranks fails in `fa_collate`, see
-`nbs/13_text.ipynb`). Uninterrupted once; then `SIGTERM` is sent to `torchrun`'s own pid once rank 0 has logged a
+`nbs/64_patches.text.ipynb`). Uninterrupted once; then `SIGTERM` is sent to `torchrun`'s own pid once rank 0 has logged a
 chosen step (every rank waits there for the signal, so the checkpoint is always that of the next step: no sleep, no
 race), the run exits 75 on every rank, and the same command runs on. The final weights of every rank must equal the
 uninterrupted run's, bit for bit.
@@ -15,7 +15,7 @@ uninterrupted run's, bit for bit.
   Python without ddpsafe gives the uninterrupted run's prediction.
 - `test_resume_inside_epoch`: the language model stopped at the 3rd batch of its second epoch. AWD_LSTM starts each
   batch from the hidden state the previous one left; the resume is exact only once that state is a part of the
-  checkpoint (`ddpsafe.text.HiddenState`, each rank's own), put back right before the resumed batch. Until the
+  checkpoint (`ddpsafe.patches.text.HiddenState`, each rank's own), put back right before the resumed batch. Until the
   checkpoint registry holds that part, this test fails on its last assertion (every weight tensor differs).
 
     python -m pytest tests/test_text.py -s        # 7 launches, each of them mostly imports"""
@@ -24,8 +24,8 @@ import os, json, signal
 from pathlib import Path
 import pytest, torch
 from ddpsafe.testing import wait_until, WaitTimeout, run_without
-from ddpsafe.preempt import REQUEUE_EXIT_CODE
-from ddpsafe.manifest import newest_complete, read_manifest
+from ddpsafe.callback.preempt import REQUEUE_EXIT_CODE
+from ddpsafe.storage.manifest import newest_complete, read_manifest
 from conftest import Launch, torchrun_cmd, needs_torchrun, report, env
 
 SCRIPT = Path(__file__).parent/'scripts'/'text_train.py'
@@ -106,4 +106,4 @@ def test_resume_inside_epoch(tools, whole, tmp_path):
     report(text='resumed to the end', seconds=again.seconds)
     for r, (a, b) in enumerate(zip(final(run, 'lm'), final(whole['run'], 'lm'))):
         assert not (d := differ(a, b)), (f'lm, rank {r}: resumed inside an epoch, the language model ends with other weights than the '
-                                         f'uninterrupted one ({d}); is ddpsafe.text.HiddenState a part of the checkpoint?')
+                                         f'uninterrupted one ({d}); is ddpsafe.patches.text.HiddenState a part of the checkpoint?')

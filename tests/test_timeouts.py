@@ -20,10 +20,10 @@ TORCHRUN = Path(sys.executable).parent/'torchrun'
 SCRIPT = r'''
 import os, sys, time
 import torch, torch.distributed as dist
-import ddpsafe.learner                    # before fastai.distributed: the patches must follow its import
+import ddpsafe.patches.learner                    # before fastai.distributed: the patches must follow its import
 from fastai.distributed import *
 from fastai.callback.core import Callback
-from ddpsafe.core import DistTimeout
+from ddpsafe.dist.collectives import DistTimeout
 from ddpsafe.testing import synth_learner
 
 R = os.environ['RANK']

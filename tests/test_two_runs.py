@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil, tempfile
 from pathlib import Path
 import pytest
-from ddpsafe.manifest import checkpoints, check_checkpoint
+from ddpsafe.storage.manifest import checkpoints, check_checkpoint
 from conftest import train_ckpt
 tc = train_ckpt()
 

@@ -43,7 +43,7 @@ FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--dis
          '--mute-audio', '--hide-scrollbars',
          '--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1']   # offline: only our server resolves
 
-SHOTS = {'index': 'index.html', 'quickstart': 'quickstart.html', 'best_model': 'best_model.html', 'checkpoint': 'checkpoint.html',
+SHOTS = {'index': 'index.html', 'quickstart': 'quickstart.html', 'best_model': 'best_model.html', 'checkpoint': 'callback.checkpoint.html',
          'cli': 'cli.html', 'api': 'api.html'}
 WIDTHS = (1280, 390)
 SCREENS = {1280: 900, 390: 844}   # window height at each width: a laptop's first screen, a phone's
@@ -52,6 +52,7 @@ _glyphs = re.compile(r'[█▉▊▋▌▍▎▏]|\d+\.\d+% \[\d+/\d+')
 # /dev/shm/ddpsafe-USER-KEY (or -*, -..., /dev/shm/.../): the memory tier's folder as the docs write it, with placeholders
 _paths = re.compile(r'(?<![\w.~-])(?:/tmp/|/var/tmp/|/dev/shm/(?!ddpsafe-(?:USER-KEY|\*|\.\.\.)|\.\.\./)|/private/var/|/var/folders/|/home/\w|/Users/\w|/root/|/work/|'
                     r'/github/workspace|/home/runner|/builds/|[A-Z]:\\Users\\)|site-packages/')
+_redirect = re.compile(r'<meta http-equiv="refresh" content="0; url=([^"]+)"')   # mkdocs-redirects' stub for a moved page
 _internal = re.compile(r'\bENV\.md\b|\bshared/\w+\.md\b')
 _bad_alt = {'', 'output', 'image', 'figure', 'png', 'img', 'plot'}
 _unrendered = re.compile(r'\*\*|\{\s*[#.:]|\.nb-sd\b')   # in a heading's text (code spans aside): markdown left as it was
@@ -326,11 +327,16 @@ def main():
     print(f'browser_check: serving {site} at {base} ({exe})', flush=True)
     extra = {(n if p else Path(n).stem): (p or n) for n, _, p in (x.partition('=') for x in a.page)}
     if a.shots_only:
-        take_shots(exe, base, {p.relative_to(site).as_posix() for p in site.rglob('*.html')}, Path(a.shots).resolve(), extra, a.screens, fail)
+        take_shots(exe, base, {p.relative_to(site).as_posix() for p in site.rglob('*.html') if not _redirect.search(p.read_text(errors='replace'))},
+                   Path(a.shots).resolve(), extra, a.screens, fail)
         srv.close(); sys.exit(1 if fails else 0)
 
-    # every HTML page of the site, plus every internal URL found in them (crawled)
-    pages = {base + p.relative_to(site).as_posix() for p in site.rglob('*.html')}
+    # every HTML page of the site, plus every internal URL found in them (crawled); a page's old address (mkdocs-redirects'
+    # stub, `core.html`) is no page: it must lead to one that exists
+    moved = {p: m.group(1) for p in site.rglob('*.html') if (m := _redirect.search(p.read_text(encoding='utf-8', errors='replace')))}
+    for p, to in moved.items():
+        if not (p.parent/to.split('#')[0]).is_file(): fail(f'{p.relative_to(site).as_posix()}: an old address that leads to {to}, which does not exist')
+    pages = {base + p.relative_to(site).as_posix() for p in site.rglob('*.html') if p not in moved}
     fetched, anchors, queue, found_on = {}, [], sorted(pages), {}
     while queue:
         url = queue.pop(0)
@@ -401,7 +407,7 @@ def main():
         ref = ref or found_on.get(urllib.parse.urlsplit(path).path, '')
         if code >= 400: fail(f'{method} {path} -> {code}' + (f' (linked or loaded from {ref})' if ref else ''))
     n_req = len(srv.log)
-    print(f'browser_check: {n_pages} pages in Chromium, {len(fetched)} URLs crawled, {n_req} requests, '
+    print(f'browser_check: {n_pages} pages in Chromium ({len(moved)} old addresses lead to theirs), {len(fetched)} URLs crawled, {n_req} requests, '
           f'{len(fails)} problems, {len(noise)} noise reports, {time.monotonic()-t0:.1f}s')
     if fails:
         print('browser_check: FAILED'); sys.exit(1)

@@ -30,6 +30,9 @@ BUILD, STATIC, SITE = ROOT/'_docs_build', ROOT/'docs_src', ROOT/'docs'   # stagi
 MD, NAV = BUILD/'md', BUILD/'nav.yml'                                        # MkDocs' docs_dir, the nav
 SECTIONS = ['Tutorials', 'How-to recipes', 'Explanations', 'API reference', 'Benchmarks']   # nav order
 DEFAULT_SECTION = 'API reference'   # notebooks whose front matter names no `section`
+ROOMS = {'dist': 'dist: the ranks and their agreements', 'storage': 'storage: files and folders, no torch', 'formats': 'formats: tensors to bytes',
+         'state': 'state: what a checkpoint holds', 'write': 'write: how a checkpoint is written', 'patches': 'patches: fastai and torch, changed',
+         'callback': 'callback: what a fit runs'}   # the reference's groups in the nav: the package's subpackages
 NBDEV_CFG = f'doc_procs = "docs:clean_outputs docs:strip_internal"\nrenderer = "docs.ApiRenderer"\n'
 
 NBDEV_EXPORT_ADVICE = 'Found cells containing imports and other code'   # a warning of nbdev's that the build silences
@@ -284,7 +287,7 @@ def fix_anchors(md:str, ids:dict) -> str:
         page, anchor = m.group(1), m.group(2)
         while page in ids and anchor not in ids[page] and '.' in anchor: anchor = anchor.rsplit('.', 1)[0]
         return m.group(0) if page not in ids or m.group(2) in ids[page] else f'{page}.md' + (f'#{anchor}' if anchor in ids[page] else '')
-    return re.sub(r'(?<![\w/.-])([\w-]+)\.md#([\w.-]+)', f, md)
+    return re.sub(r'(?<![\w/.-])([\w.-]+)\.md#([\w.-]+)', f, md)
 
 class Page:
     "One processed notebook as a markdown page; title, description and section from nbdev's front matter"
@@ -361,22 +364,22 @@ API_GROUPS = {
         Use('CheckpointCallback'), Use('CheckpointMismatch'), Use('CorruptCheckpoint'), Use('FolderInUse'),
         Use('newest_complete'), Use('checkpoint_status')],
     'Stop and requeue': [
-        Use('REQUEUE_EXIT_CODE', at='manifest: How a run ended',
+        Use('REQUEUE_EXIT_CODE', at='storage.manifest: How a run ended',
             doc='75: what a run exits with once a preemption signal made it save and stop; a launcher requeues it'),
-        Use('STOPPED_EXIT_CODE', at='manifest: How a run ended',
+        Use('STOPPED_EXIT_CODE', at='storage.manifest: How a run ended',
             doc="3: what `ddpsafe-status` answers when the stop switch stopped the run; a launcher does not requeue it"),
         Use('StopRequests')],
     'fastai, made safe on import': [
         Use('Learner.save'), Use('Learner.load'), Use('Learner.export'), Use('load_learner'),
-        Use('TextLearner.save_encoder', at='learner: Text models',
+        Use('TextLearner.save_encoder', at='patches.learner: Text models',
             doc='Save the encoder to `file` in the model directory, once, on rank 0, atomically'),
-        Use('TextLearner.load_encoder', at='learner: Text models', doc='Load the encoder `file` on every rank'),
+        Use('TextLearner.load_encoder', at='patches.learner: Text models', doc='Load the encoder `file` on every rank'),
         Use('DataLoaders.save'), Use('load_dls'),
-        Use('SaveModelCallback', at='callbacks: SaveModelCallback',
+        Use('SaveModelCallback', at='callback.trackers: SaveModelCallback',
             doc="fastai's, with rank 0 deciding each new best and every rank loading the same best weights after fit"),
-        Use('EarlyStoppingCallback, ReduceLROnPlateau', at='callbacks: Tracker decisions',
+        Use('EarlyStoppingCallback, ReduceLROnPlateau', at='callback.trackers: Tracker decisions',
             doc="fastai's trackers, with rank 0's decisions (new best, stop, reduce) on every rank"),
-        Use('Learner.distrib_ctx', at='learner: fastai DDP on CPU',
+        Use('Learner.distrib_ctx', at='patches.learner: fastai DDP on CPU',
             doc="fastai's `distrib_ctx`, on CPU too (gloo), with every wait bounded"),
         Use('Learner.snapshot')],
     'Safe files': [
@@ -421,7 +424,7 @@ def modidx_syms() -> dict:
 def patched_target(mod:str, name:str) -> str|None:
     "The fastai target (`Learner.save`) the function `mod.name` replaces or adds through `patch_fastai`, if it is one"
     f = getattr(importlib.import_module(mod), name, None)
-    patches = getattr(sys.modules.get('ddpsafe.learner'), 'fastai_patches', {})
+    patches = getattr(sys.modules.get('ddpsafe.patches.learner'), 'fastai_patches', {})
     return next((t for (_, t), g in patches.items() if f is not None and g is f), None)
 
 def lookup(qual:str, syms:dict):
@@ -432,7 +435,7 @@ def lookup(qual:str, syms:dict):
             for part in qual.split('.'): obj = getattr(obj, part)
             return obj
         except AttributeError: continue
-    patches = getattr(sys.modules.get('ddpsafe.learner'), 'fastai_patches', {})
+    patches = getattr(sys.modules.get('ddpsafe.patches.learner'), 'fastai_patches', {})
     return next((f for (_, t), f in patches.items() if t == qual), None)
 
 def heading_ids(md:str) -> list[tuple[str, str]]:
@@ -615,8 +618,11 @@ def write_pages(cache:Path):
         if f.is_file() and f.suffix not in ('.ipynb', '.yml', '.yaml', '.qmd', '.py', '.md') and not any(p.startswith(('_', '.')) for p in rel.parts):
             (MD/rel).parent.mkdir(parents=True, exist_ok=True); shutil.copy2(f, MD/rel)
     nav = {s: [] for s in SECTIONS}
-    for p in pages:
-        if p.name != 'index': nav.setdefault(p.section, []).append({re.sub(r'`([^`]+)`', r'\1', p.title): f'{p.name}.md'})
+    for p in pages:   # the reference by room (`dist.ranks` under `dist`), bottom up as the notebooks are numbered
+        if p.name == 'index': continue
+        entry, group, room = {re.sub(r'`([^`]+)`', r'\1', p.title): f'{p.name}.md'}, nav.setdefault(p.section, []), ROOMS.get(p.name.partition('.')[0])
+        if room and not (group and room in group[-1]): group.append({room: []})
+        (group[-1][room] if room else group).append(entry)
     nav[DEFAULT_SECTION].append({'API index': 'api.md'})
     if STATIC.exists(): shutil.copytree(STATIC, MD, dirs_exist_ok=True)
     for n in static: (MD/f'{n}.md').write_text(command_links((MD/f'{n}.md').read_text(encoding='utf-8'), n), encoding='utf-8')

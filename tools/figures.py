@@ -23,13 +23,13 @@ def _span(xs:list, f) -> str:
     return lo if lo == hi else f'{lo}-{hi}'
 
 def preempt_figures() -> dict:
-    "The stop agreement at its defaults: `ddpsafe.preempt`'s constants, and bench/results/preempt.json"
-    from ddpsafe.preempt import POLL_SECONDS, ROUND_SHARE, MAX_STEPS_PER_ROUND
+    "The stop agreement at its defaults: `ddpsafe.callback.preempt`'s constants, and bench/results/preempt.json"
+    from ddpsafe.callback.preempt import POLL_SECONDS, ROUND_SHARE, MAX_STEPS_PER_ROUND
     spacing = ROUND_SHARE/2*POLL_SECONDS   # a round spans the most whole steps in ROUND_SHARE × poll_seconds: at least half of it
     r = json.loads((RESULTS/'preempt.json').read_text())
     runs = list(r['step_lengths'].values())
     delays = [d for x in runs for d in x['delay_s_per_run']]
-    from ddpsafe.preempt import REMOTE_SWITCH_SECONDS
+    from ddpsafe.callback.preempt import REMOTE_SWITCH_SECONDS
     return {'poll_seconds': _s(POLL_SECONDS),
             'remote_switch_seconds': f'{REMOTE_SWITCH_SECONDS:g} s',
             'round_share': f'{ROUND_SHARE:g}',
@@ -48,20 +48,20 @@ def preempt_figures() -> dict:
 
 def exit_figures() -> dict:
     "The exit codes a launcher or a requeue loop sees"
-    from ddpsafe.manifest import REQUEUE_EXIT_CODE, STOPPED_EXIT_CODE
+    from ddpsafe.storage.manifest import REQUEUE_EXIT_CODE, STOPPED_EXIT_CODE
     return {'requeue': str(REQUEUE_EXIT_CODE), 'stopped': str(STOPPED_EXIT_CODE)}
 
 def checkpoint_figures() -> dict:
     "Defaults of `CheckpointCallback` that pages state: its parameters' and its `order` among fastai's callbacks"
     import inspect
-    from ddpsafe.checkpoint import CheckpointCallback
+    from ddpsafe.callback.checkpoint import CheckpointCallback
     ps = inspect.signature(CheckpointCallback).parameters
     return {'order': str(CheckpointCallback.order), 'monitor': ps['monitor'].default,
             **{k: f'{ps[k].default:g}' for k in ('every_epoch', 'keep', 'upload_wait')}}
 
 def core_figures() -> dict:
-    "Defaults of `ddpsafe.core`"
-    from ddpsafe.core import ddp_timeout
+    "Defaults of `ddpsafe.dist.collectives`"
+    from ddpsafe.dist.collectives import ddp_timeout
     import os
     t = os.environ.pop('DDPSAFE_TIMEOUT', None)
     try: secs = ddp_timeout()

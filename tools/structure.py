@@ -4,7 +4,7 @@
     one floor above the highest module it imports (the longest chain of imports that ends at it); imports inside
     functions count too (`demo` imports `all` there), and so do `demo` and `all` themselves. An import that is not of a
     module strictly below the importer is an import cycle: a module that imports one above it.
-(b) the lines of `CheckpointCallback`'s own code: its class and the `@patch`ed methods of it in `ddpsafe/checkpoint.py`.
+(b) the lines of `CheckpointCallback`'s own code: its class and the `@patch`ed methods of it in `ddpsafe/callback/checkpoint.py`.
 (c) its constructor's parameters, and the distinct attributes its code sets (`self.X = ...`; also with `store_attr()`'s).
 (d) the names its modules export: each module's `__all__` (what `from ddpsafe.X import *` and `ddpsafe.all` give), summed;
     `all` itself, which gathers the others, is not counted. Helpers that modules share are imported by name instead.
@@ -16,33 +16,45 @@ import ast, sys
 from pathlib import Path
 
 PKG = 'ddpsafe'
-SKIP = {'_modidx', '__init__'}   # nbdev's index of names; the package's `__init__` (its version only: reading `ddpsafe.__version__` is no floor)
+SKIP = {'_modidx', '__init__'}   # nbdev's index of names; each package's `__init__` (the version; a room's one-line comment)
 
 def modules(pkg:Path) -> dict:
-    "Each module's name (`__init__` for the package itself) and its parsed source"
-    return {p.stem: ast.parse(p.read_text(), str(p)) for p in sorted(pkg.glob('*.py')) if p.stem not in SKIP}
+    "Each module's dotted name inside the package (`dist.ranks`, `all`) and its parsed source"
+    return {'.'.join(p.relative_to(pkg).with_suffix('').parts): ast.parse(p.read_text(), str(p))
+            for p in sorted(pkg.rglob('*.py')) if p.stem not in SKIP}
 
-def _target(name:str|None, level:int, alias:str|None=None) -> str|None:
-    "The ddpsafe module an import names, or `None` for another package's"
-    if level > 1: return None
-    parts = (name or '').split('.') if name else []
+def room(m:str) -> str:
+    "The subpackage a module is in (`dist` for `dist.ranks`), or '' for the top level"
+    return m.rpartition('.')[0]
+
+def _target(me:str, name:str|None, level:int, alias:str|None=None) -> str|None:
+    "The dotted name, inside the package, that an import in module `me` names (a module, or a name in one), or `None` for another package's"
+    parts = name.split('.') if name else []
     if level == 0:
         if not parts or parts[0] != PKG: return None
         parts = parts[1:]
-    if parts: return parts[0]
-    return alias or '__init__'   # `from . import x`, `import ddpsafe`
+    else:
+        base = me.split('.')[:-1]   # the package `me` is in
+        if level - 1 > len(base): return None
+        parts = base[:len(base) - (level - 1)] + parts
+    return '.'.join(parts + ([alias] if alias else [])) or '__init__'
 
-def imports(tree) -> dict:
-    "The ddpsafe modules `tree` imports: {module: 'top' or 'lazy'} (lazy: only inside a function)"
+def resolve(dotted:str, mods) -> str|None:
+    "The module of `mods` that `dotted` names, or a name in (its longest prefix that is a module)"
+    parts = dotted.split('.')
+    return next(('.'.join(parts[:i]) for i in range(len(parts), 0, -1) if '.'.join(parts[:i]) in mods), None)
+
+def imports(tree, me:str='', mods=()) -> dict:
+    "The ddpsafe modules (of `mods`) that module `me`, parsed as `tree`, imports: {module: 'top' or 'lazy'} (lazy: only inside a function)"
     out = {}
     def visit(node, lazy):
         for ch in ast.iter_child_nodes(node):
             inner = lazy or isinstance(ch, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
             found = []
-            if isinstance(ch, ast.Import): found = [_target(a.name, 0) for a in ch.names]
-            elif isinstance(ch, ast.ImportFrom):
-                found = [_target(ch.module, ch.level, a.name) if ch.module is None else _target(ch.module, ch.level) for a in ch.names]
-            for m in found:
+            if isinstance(ch, ast.Import): found = [_target(me, a.name, 0) for a in ch.names]
+            elif isinstance(ch, ast.ImportFrom): found = [_target(me, ch.module, ch.level, a.name) for a in ch.names]
+            for t in found:
+                m = resolve(t, mods) if t is not None else None
                 if m is not None and out.get(m) != 'top': out[m] = 'lazy' if lazy else 'top'
             visit(ch, inner)
     visit(tree, False)
@@ -50,7 +62,7 @@ def imports(tree) -> dict:
 
 def graph(mods:dict) -> dict:
     "Who imports whom among `mods`: {module: {imported: 'top' or 'lazy'}}"
-    return {m: {d: k for d, k in imports(t).items() if d in mods and d != m} for m, t in mods.items()}
+    return {m: {d: k for d, k in imports(t, m, mods).items() if d != m} for m, t in mods.items()}
 
 def _sccs(g:dict) -> list:
     "The strongly connected components of `g` (Tarjan), each a sorted list"
@@ -150,7 +162,7 @@ def report(pkg:Path) -> dict:
     g = graph(mods)
     fl, cycles = floors(g)
     up = upward(g, fl)
-    cb = callback(mods['checkpoint'])
+    cb = callback(mods['callback.checkpoint'])
     print(f'(a) import floors of {pkg} ({len(mods)} modules; imports inside functions count, marked lazy)')
     for f in range(max(fl.values()), 0, -1):
         print(f'    floor {f:2}: ' + ', '.join(f'{m}' for m in sorted(m for m in fl if fl[m] == f)))
@@ -158,7 +170,7 @@ def report(pkg:Path) -> dict:
     print(f'    floors: {max(fl.values())}; longest chain of imports: {len(chain)} modules: {" -> ".join(chain)}')
     print(f'    import cycles: {cycles or "none"}; imports of a module not below the importer: '
           + (', '.join(f'{a} -> {b} ({k})' for a, b, k in up) or 'none'))
-    print(f"(b) CheckpointCallback's own code in checkpoint.py: {cb['lines']} lines "
+    print(f"(b) CheckpointCallback's own code in callback/checkpoint.py: {cb['lines']} lines "
           f"(class {cb['class_lines']} + {cb['patches']} @patch methods {cb['patch_lines']})")
     print(f"(c) constructor parameters: {len(cb['params'])}; distinct attributes set by `self.X =`: {len(cb['assigned'])}; "
           f"with store_attr's: {len(cb['attrs'])} ({len(cb['init_attrs'])} in __init__, {len(cb['run_attrs'])} more at run time: "

@@ -17,10 +17,10 @@ def _mod(frame) -> str|None:
     return name.removeprefix('ddpsafe.') if name.startswith('ddpsafe.') else None
 
 def _stack(frame) -> list:
-    "ddpsafe's frames from the outermost to `frame`, as 'module.function'"
+    "ddpsafe's frames from the outermost to `frame`, as 'module:function' (`write.saver:Saver.save`)"
     out = []
     while frame is not None:
-        if (m := _mod(frame)) is not None: out.append(f'{m}.{frame.f_code.co_qualname}')
+        if (m := _mod(frame)) is not None: out.append(f'{m}:{frame.f_code.co_qualname}')
         frame = frame.f_back
     return out[::-1]
 
@@ -33,7 +33,7 @@ def trace(f):
         if event == 'call' and frame.f_code.co_name in _HOOKS: return   # setting an attribute: not a step of the save
         if event == 'call' and (m := _mod(frame)) is not None and (c := _mod(frame.f_back)) is not None and c != m:
             calls.append((c, m, frame.f_code.co_qualname))     # made by ddpsafe's code (not torch calling a file of ours)
-        elif event == 'c_call' and getattr(arg, '__name__', '') == 'replace' and _mod(frame) == 'commit' \
+        elif event == 'c_call' and getattr(arg, '__name__', '') == 'replace' and _mod(frame) == 'storage.commit' \
                 and str(frame.f_locals.get('final', '')).rsplit('/', 1)[-1].startswith('step-'):
             commits.append(_stack(frame))                      # the checkpoint's folder, renamed into place
     sys.setprofile(profile)
@@ -45,18 +45,18 @@ def _returns(mods:list) -> list:
     "The modules of `mods` entered again after control left them"
     return [m for i,m in enumerate(mods) if m in mods[:i] and mods[i-1] != m]
 
-COLLECTIVES = ('on_main', 'on_main_alone', 'agree', 'all_ranks', 'barrier')   # core's: every rank takes part, all wait for the slowest
+COLLECTIVES = ('on_main', 'on_main_alone', 'agree', 'all_ranks', 'barrier')   # dist.collectives': every rank takes part, all wait for the slowest
 
 def summary(walk:dict) -> dict:
     "The path from the decision to the commit: its modules and returns; the save's calls between modules, and its collectives"
     path = walk['commit'] or []
     path = path[next((i for i,h in enumerate(path) if h.endswith('.save')), 0):]     # from the callback's `save`
-    mods = [h.split('.')[0] for h in path]
+    mods = [h.split(':')[0] for h in path]
     mods = [m for i,m in enumerate(mods) if not i or mods[i-1] != m]
     tree = sorted({m for c,m,_ in walk['calls']} | {c for c,m,_ in walk['calls']})
     return dict(path=path, path_modules=mods, n_path_modules=len(set(mods)), path_returns=_returns(mods),
                 n_calls_between_modules=len(walk['calls']), modules_entered=tree, n_modules_entered=len(tree),
-                collectives=[f'{c}->{f}' for c,m,f in walk['calls'] if m == 'core' and f in COLLECTIVES])
+                collectives=[f'{c}->{f}' for c,m,f in walk['calls'] if m == 'dist.collectives' and f in COLLECTIVES])
 
 def walk_of_save(async_save=False, upload=False) -> list:
     "Train a small learner and trace its save at step 4"

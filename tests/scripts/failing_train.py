@@ -6,7 +6,7 @@
 MODE `worker`: in epoch 1 the 5th item a DataLoader worker of rank R loads raises `ValueError('corrupt sample I')`.
 MODE `lm`: fastai's language model (`language_model_learner`, AWD_LSTM) on 200 generated texts: fastai's LM DataLoader,
 split across ranks by fastai's own `DistributedDL.get_idxs`, fails in `fa_collate` on one rank (a stock fastai failure
-under DDP, which `ddpsafe.text` fixes; the script puts fastai's split back to have a failure to name).
+under DDP, which `ddpsafe.patches.text` fixes; the script puts fastai's split back to have a failure to name).
 MODE `block`: in epoch 1 the 5th item a worker of rank R loads never comes back (it sleeps); MODE `lock`: a user callback
 on rank R waits at step 9 for a lock nobody releases. MODE `none`: no fault (the reference run; `--out` keeps the weights).
 MODE `callback`: a user callback raises `ValueError('bad callback at step 9')` on rank R right after the checkpoint of
@@ -37,7 +37,7 @@ def main():
     from fastai.callback.core import Callback
     from fastai.callback.progress import ProgressCallback
     import fastai.distributed
-    from ddpsafe.checkpoint import CheckpointCallback
+    from ddpsafe.callback.checkpoint import CheckpointCallback
 
     class Items(torch.utils.data.Dataset):
         "y = x @ [1,2,3,4]; the 5th item one of rank R's workers loads in epoch 1 is corrupt"
@@ -74,9 +74,9 @@ def main():
         "Rank 0's fit closes `--slow-close` seconds later, after the checkpoint callback's own close"
         order = 70
         def before_fit(self):
-            from ddpsafe.callbacks import at_fit_end   # the fit's close, which runs however the fit ends
+            from ddpsafe.callback.trackers import at_fit_end   # the fit's close, which runs however the fit ends
             if r == 0 and a.slow_close: at_fit_end(self.learn, lambda: time.sleep(a.slow_close))
-    from ddpsafe.saver import Saver
+    from ddpsafe.write.saver import Saver
     class SlowWrites(CheckpointCallback):
         "Its background writes take 2 s longer: rank 0's writer process stopped for 2 s as each save is handed over"
         def before_fit(self):
@@ -106,8 +106,8 @@ def language_model(run:Path):
     import random, pandas as pd
     from fastai.text.all import TextDataLoaders, BaseTokenizer, language_model_learner, AWD_LSTM, ProgressCallback
     import fastai.distributed
-    from ddpsafe.checkpoint import CheckpointCallback
-    from ddpsafe.learner import fastai_stock
+    from ddpsafe.callback.checkpoint import CheckpointCallback
+    from ddpsafe.patches.learner import fastai_stock
     fd = sys.modules['fastai.distributed']
     fd.DistributedDL.get_idxs = fastai_stock.get('DistributedDL.get_idxs', fd.DistributedDL.get_idxs)   # fastai's own split
     words, rnd = 'the a cat dog sat ran on under mat log big small red blue fast slow'.split(), random.Random(0)

@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     from fastai.torch_core import set_seed
     from fastai.callback.progress import ProgressCallback
     import fastai.callback.schedule, fastai.distributed
-    from ddpsafe.checkpoint import CheckpointCallback
+    from ddpsafe.callback.checkpoint import CheckpointCallback
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(a.items, 4, generator=g)
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
             return done
 
     if a.worker_start_seconds is not None:
-        import ddpsafe.preempt; ddpsafe.preempt.WORKER_START_SECONDS = a.worker_start_seconds
+        import ddpsafe.callback.preempt; ddpsafe.callback.preempt.WORKER_START_SECONDS = a.worker_start_seconds
     if a.hang_first_fork == r:
         hung = [False]
         def stuck_child():

@@ -37,7 +37,7 @@ def main(old:str, out:str):
     tc = importlib.util.module_from_spec(spec); spec.loader.exec_module(tc)
     import torch, ddpsafe, fastai
     assert Path(ddpsafe.__file__).resolve().is_relative_to(old), f'{ddpsafe.__file__}: run with PYTHONPATH={old}'
-    from ddpsafe.manifest import newest_complete, checkpoints
+    from ddpsafe.storage.manifest import newest_complete, checkpoints
     for name, (fit, stop) in SCENARIOS.items():
         d = out/name
         shutil.rmtree(d, ignore_errors=True); d.mkdir(parents=True)

@@ -36,7 +36,7 @@ from fastai.basics import *
 from fastai.callback.all import *
 from fastai.distributed import *
 from ddpsafe.all import *
-from ddpsafe.training_state import state_digest
+from ddpsafe.state.training_state import state_digest
 
 run, r, last = Path(args.run), int(os.environ['RANK']), int(os.environ['WORLD_SIZE']) - 1
 say = marker_log(run/'marks', r)

@@ -4,7 +4,7 @@ attempt that could not start its group does not use up a kill); the next attempt
 
     torchrun --nproc_per_node 2 --max-restarts 2 restart_plain.py ddpsafe|torch
 
-`ddpsafe`: the group starts with `ddpsafe.restarts.init_default_group`; `torch`: with `dist.init_process_group()`. Prints
+`ddpsafe`: the group starts with `ddpsafe.dist.restarts.init_default_group`; `torch`: with `dist.init_process_group()`. Prints
 `STARTED rank r attempt n` after the first all-reduce of each attempt, `DONE rank r attempt n` at the end."""
 import os, sys, time, signal
 from datetime import timedelta
@@ -15,7 +15,7 @@ how, kills = sys.argv[1], int(os.environ.get('KILLS', '2'))
 n, r = int(os.environ['TORCHELASTIC_RESTART_COUNT']), int(os.environ['RANK'])
 timeout = timedelta(seconds=60)
 if how == 'ddpsafe':
-    from ddpsafe.restarts import init_default_group
+    from ddpsafe.dist.restarts import init_default_group
     init_default_group('gloo', timeout)
 else: dist.init_process_group('gloo', timeout=timeout)
 g = dist.new_group(backend='gloo')               # a second group, as ddpsafe's side group is

@@ -77,9 +77,9 @@ def main(argv=None) -> int:
     from fastai.losses import MSELossFlat
     from fastai.torch_core import set_seed
     from fastai.callback.progress import ProgressCallback
-    import ddpsafe.checkpoint
-    from ddpsafe.checkpoint import CheckpointCallback, run_state
-    from ddpsafe.core import rank
+    import ddpsafe.callback.checkpoint
+    from ddpsafe.callback.checkpoint import CheckpointCallback, run_state
+    from ddpsafe.dist.collectives import rank
     from ddpsafe.testing import synth_learner, synth_dls
     r = rank()
     if a.trace_fs:
@@ -101,16 +101,16 @@ def main(argv=None) -> int:
         learn.to_fp16()
 
     if a.stall_shards is not None and r == 1:
-        from ddpsafe.commit import temporary_of
-        from ddpsafe.manifest import checkpoint_step
-        import ddpsafe.sharded
-        write_shards = ddpsafe.sharded.write_shards
+        from ddpsafe.storage.commit import temporary_of
+        from ddpsafe.storage.manifest import checkpoint_step
+        import ddpsafe.state.sharded
+        write_shards = ddpsafe.state.sharded.write_shards
         def stalled(state, folder, group=None):
             out = write_shards(state, folder, group)
             if checkpoint_step(temporary_of(folder)[0]) == a.stall_shards:
                 say(f'SHARDS-WRITTEN {a.stall_shards}'); time.sleep(600)
             return out
-        ddpsafe.sharded.write_shards = stalled      # what `write_in_shards` calls
+        ddpsafe.state.sharded.write_shards = stalled      # what `write_in_shards` calls
 
     touches = [(n, int(s)) for n, s in (o.rsplit(':', 1) for o in a.touch)]
     kills = [(getattr(signal, sg), int(rk), int(s)) for sg, rk, s in (o.split(':') for o in a.kill)]
@@ -125,7 +125,7 @@ def main(argv=None) -> int:
             if a.start_out:            # whole tensors on every rank, gathered from the shards under FSDP
                 from fastai.torch_core import get_model
                 from torch.distributed.tensor import DTensor
-                from ddpsafe.sharded import full_optimizer_state
+                from ddpsafe.state.sharded import full_optimizer_state
                 whole = lambda v: (v.full_tensor() if isinstance(v, DTensor) else v).detach().clone()
                 torch.save(dict(model={k: whole(v) for k, v in get_model(self.model).state_dict().items()},
                                 opt=full_optimizer_state(self.learn.opt.state_dict(), everywhere=True)), f'{a.start_out}.rank{r}')
