@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/formats.files.html.md"""
 
 # %% ../../nbs/49_formats.files.ipynb #14577651
 from __future__ import annotations
-import os, io, json, errno, struct, shutil, contextlib, warnings
+import os, io, json, errno, pickle, struct, shutil, contextlib, warnings
 from pathlib import Path
 import torch, xxhash
 import numpy as np
@@ -260,3 +260,38 @@ def prepare_dir(path:Path|str,         # The folder
     on_main(_make_dir, path, overwrite)
     if not path.is_dir(): path.mkdir(parents=True, exist_ok=True)
     return path
+
+# %% ../../nbs/49_formats.files.ipynb #c04f7354
+def skeleton(obj) -> tuple:
+    "(`data.pkl` as `torch.save` pickles `obj`, [(key, untyped storage)] of the storages it references)"
+    storages, keys, dtypes = {}, {}, {}
+    def persistent_id(o):
+        if not (isinstance(o, torch.storage.TypedStorage) or torch.is_storage(o)): return None
+        if isinstance(o, torch.storage.TypedStorage): s, dtype, kind, n = o._untyped_storage, o.dtype, getattr(torch, o._pickle_storage_type()), o._size()
+        else: s, dtype, kind, n = o, torch.uint8, torch.serialization.normalize_storage_type(type(o)), o.nbytes()
+        if str(s.device) != 'meta' and s.data_ptr() != 0 and dtypes.setdefault(s.data_ptr(), dtype) != dtype:
+            raise RuntimeError('Cannot save multiple tensors or storages that view the same data as different types')
+        key = keys.setdefault(s._cdata, str(len(keys)))
+        storages[key] = s
+        return ('storage', kind, key, torch.serialization.location_tag(s), n)
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, o): return persistent_id(o)
+    buf = io.BytesIO(); Pickler(buf, protocol=torch.serialization.DEFAULT_PROTOCOL).dump(obj)
+    return buf.getvalue(), list(storages.items())
+
+# %% ../../nbs/49_formats.files.ipynb #69e420ac
+def tensors_in(tree) -> list:
+    "The tensors in `tree` (dicts, lists, tuples), in order"
+    if isinstance(tree, torch.Tensor): return [tree]
+    if isinstance(tree, dict): return [t for v in tree.values() for t in tensors_in(v)]
+    if isinstance(tree, (list, tuple)): return [t for v in tree for t in tensors_in(v)]
+    return []
+
+def tensor_marks(files:dict) -> dict:
+    "Per file: (storage, version) of each tensor; `None` where there are none, or one is new (version 0): never known unchanged"
+    out = {}
+    for name, c in files.items():
+        ts = tensors_in(c)
+        out[name] = None if not ts or any(t._version == 0 for t in ts) else tuple((t.untyped_storage().data_ptr(), t._version) for t in ts)
+    return out
+

@@ -15,7 +15,7 @@ from fastcore.basics import patch, store_attr
 from ..dist.collectives import *
 from ..dist.ranks import *
 from ..storage.commit import storage_for
-from ..formats.files import prepare_dir
+from ..formats.files import prepare_dir, skeleton, tensor_marks
 from ..storage.owner import claim_checkpoints
 from ..storage.manifest import *
 from .snapshot import StateBuffers, AsyncWriter, Tier, write_pace
@@ -23,7 +23,7 @@ from ..state.sharded import write_in_shards, in_shards_to   # how a checkpoint i
 from ..state.parts import checkpoint_writers
 from ..storage.upload import Uploader
 from .slots import slots_home, read_seal, sealed_slots, persist_slot, unseal, LinkedFile, still_committed, STOP_STALL, size_words
-from .slot_copy import SlotPipe, SlotRing, everywhere, skeleton, tensor_marks, slot_bytes
+from .slot_copy import SlotPipe, SlotRing, everywhere, slot_bytes
 from ..dist.signals import stop_coming
 from ..dist.collectives import using_side_group
 

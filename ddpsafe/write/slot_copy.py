@@ -10,7 +10,7 @@ import io, os, time, uuid, errno, base64, pickle, warnings, threading, contextli
 from pathlib import Path
 import torch
 from fastcore.basics import patch
-from ..formats.files import safetensors_header
+from ..formats.files import safetensors_header, skeleton, tensor_marks, tensors_in
 from ..dist.collectives import on_main, is_main
 from ..dist.watch import waiting_for
 from ..storage.commit import temporaries, storage_for
@@ -19,24 +19,6 @@ from .slots import SlotWriter, WriterGone, persist_slot, wait_previous_writer, e
 
 # %% auto #0
 __all__ = []
-
-# %% ../../nbs/57_write.slot_copy.ipynb #c04f7354
-def skeleton(obj) -> tuple:
-    "(`data.pkl` as `torch.save` pickles `obj`, [(key, untyped storage)] of the storages it references)"
-    storages, keys, dtypes = {}, {}, {}
-    def persistent_id(o):
-        if not (isinstance(o, torch.storage.TypedStorage) or torch.is_storage(o)): return None
-        if isinstance(o, torch.storage.TypedStorage): s, dtype, kind, n = o._untyped_storage, o.dtype, getattr(torch, o._pickle_storage_type()), o._size()
-        else: s, dtype, kind, n = o, torch.uint8, torch.serialization.normalize_storage_type(type(o)), o.nbytes()
-        if str(s.device) != 'meta' and s.data_ptr() != 0 and dtypes.setdefault(s.data_ptr(), dtype) != dtype:
-            raise RuntimeError('Cannot save multiple tensors or storages that view the same data as different types')
-        key = keys.setdefault(s._cdata, str(len(keys)))
-        storages[key] = s
-        return ('storage', kind, key, torch.serialization.location_tag(s), n)
-    class Pickler(pickle.Pickler):
-        def persistent_id(self, o): return persistent_id(o)
-    buf = io.BytesIO(); Pickler(buf, protocol=torch.serialization.DEFAULT_PROTOCOL).dump(obj)
-    return buf.getvalue(), list(storages.items())
 
 # %% ../../nbs/57_write.slot_copy.ipynb #0fa71006
 def _b64(b:bytes) -> str: return base64.b64encode(b).decode()
@@ -104,21 +86,6 @@ class SlotRing:
         return min(cands, key=lambda s: (read_seal(s) or {}).get('step', -1), default=None)
 
 # %% ../../nbs/57_write.slot_copy.ipynb #b037f1ec
-def _tensors(tree) -> list:
-    "The tensors in `tree` (dicts, lists, tuples), in order"
-    if isinstance(tree, torch.Tensor): return [tree]
-    if isinstance(tree, dict): return [t for v in tree.values() for t in _tensors(v)]
-    if isinstance(tree, (list, tuple)): return [t for v in tree for t in _tensors(v)]
-    return []
-
-def tensor_marks(files:dict) -> dict:
-    "Per file: (storage, version) of each tensor; `None` where there are none, or one is new (version 0): never known unchanged"
-    out = {}
-    for name, c in files.items():
-        ts = _tensors(c)
-        out[name] = None if not ts or any(t._version == 0 for t in ts) else tuple((t.untyped_storage().data_ptr(), t._version) for t in ts)
-    return out
-
 SMALL = 1 << 20   # a file of fewer bytes than this, resealed, goes into the seal itself
 
 def _small_bytes(name:str, c) -> bytes:
@@ -136,7 +103,7 @@ def reseal(self:SlotRing, step:int, files:dict, meta:dict|None=None) -> Path|Non
     if slot is None or slot in self.handed or (old := read_seal(slot))['step'] != step: return None
     marks, was, recipes = tensor_marks(files), self.marks.get(slot, {}), {}
     for name, c in files.items():
-        if isinstance(c, (bytes, bytearray)) or sum(t.numel()*t.element_size() for t in _tensors(c)) < SMALL:
+        if isinstance(c, (bytes, bytearray)) or sum(t.numel()*t.element_size() for t in tensors_in(c)) < SMALL:
             recipes[name] = dict(kind='bytes', data=_b64(_small_bytes(name, c)))    # small: written into the seal, whatever changed
         elif marks[name] is None or marks[name] != was.get(name) or name not in old['files']: return None   # a big file's tensors changed: a new slot
         elif (r := old['files'][name])['kind'] == 'torch':   # its structure pickled again (the hyper-parameters, the step), its storages' spans kept
