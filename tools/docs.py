@@ -599,6 +599,7 @@ def write_pages(cache:Path):
     if MD.exists(): shutil.rmtree(MD)
     MD.mkdir(parents=True)
     pages = sorted((Page(p) for p in cache.glob('*.ipynb') if not p.name.startswith(('_', '.'))), key=lambda p: p.nb_path.name)
+    pages = [p for p in pages if not p.fm.get('skip_page')]   # `ddpsafe.core`, `.io`, `.checkpoint`: a path, no page (the redirects lead on)
     if len({p.name for p in pages}) < len(pages): raise DocsError(f'two notebooks become one page: {[p.name for p in pages]}')
     if 'index' not in {p.name for p in pages}: raise DocsError('no index.ipynb: the docs need a home page')
     from fastcore.nbio import frontmatter
