@@ -30,9 +30,6 @@ BUILD, STATIC, SITE = ROOT/'_docs_build', ROOT/'docs_src', ROOT/'docs'   # stagi
 MD, NAV = BUILD/'md', BUILD/'nav.yml'                                        # MkDocs' docs_dir, the nav
 SECTIONS = ['Tutorials', 'How-to recipes', 'Explanations', 'API reference', 'Benchmarks']   # nav order
 DEFAULT_SECTION = 'API reference'   # notebooks whose front matter names no `section`
-ROOMS = {'dist': 'dist: the ranks and their agreements', 'storage': 'storage: files and folders, no torch', 'formats': 'formats: tensors to bytes',
-         'state': 'state: what a checkpoint holds', 'write': 'write: how a checkpoint is written', 'patches': 'patches: fastai and torch, changed',
-         'callback': 'callback: what a fit runs'}   # the reference's groups in the nav: the package's subpackages
 NBDEV_CFG = f'doc_procs = "docs:clean_outputs docs:strip_internal"\nrenderer = "docs.ApiRenderer"\n'
 
 NBDEV_EXPORT_ADVICE = 'Found cells containing imports and other code'   # a warning of nbdev's that the build silences
@@ -594,6 +591,14 @@ def user_first(name:str, md:str, refs:dict) -> str:
     return mark_internal(after_description(md, use_box(name, refs) or INTERNALS_NOTE), public)
 
 # ---------------------------------------------------------------------------------------------- build
+def room_title(page:str) -> str|None:
+    "The nav's group of a page of a subpackage (`dist.ranks`): the subpackage's name and its docstring's first phrase (`dist: the ranks`)"
+    from nbdev.config import get_config
+    room, dot, _ = page.partition('.')
+    if not dot or not (get_config().lib_path/room/'__init__.py').exists(): return None
+    doc = (importlib.import_module(f'{get_config().lib_path.name}.{room}').__doc__ or '').split(': ', 1)[-1]
+    return f"{room}: {re.split(r'[,;:.]', doc)[0].strip()}"
+
 def write_pages(cache:Path):
     "Markdown for every processed notebook, the API index and `docs_src/`'s pages in `MD`; the nav, in sections, in `NAV`"
     if MD.exists(): shutil.rmtree(MD)
@@ -621,7 +626,7 @@ def write_pages(cache:Path):
     nav = {s: [] for s in SECTIONS}
     for p in pages:   # the reference by room (`dist.ranks` under `dist`), bottom up as the notebooks are numbered
         if p.name == 'index': continue
-        entry, group, room = {re.sub(r'`([^`]+)`', r'\1', p.title): f'{p.name}.md'}, nav.setdefault(p.section, []), ROOMS.get(p.name.partition('.')[0])
+        entry, group, room = {re.sub(r'`([^`]+)`', r'\1', p.title): f'{p.name}.md'}, nav.setdefault(p.section, []), room_title(p.name)
         if room and not (group and room in group[-1]): group.append({room: []})
         (group[-1][room] if room else group).append(entry)
     nav[DEFAULT_SECTION].append({'API index': 'api.md'})
