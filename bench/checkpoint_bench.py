@@ -14,7 +14,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import HERE, make_state, tensors, flat, nbytes, fsync_file, load, wait_quiet, trim, machine, now, rotated, sync, device_facts, command
-from ddpsafe.state.parts import rng_state; from ddpsafe.formats.files import checkpoint_writers; from ddpsafe.storage.manifest import write_checkpoint
+from ddpsafe.state.parts import rng_state; from ddpsafe.formats.files import checkpoint_writers; from ddpsafe.storage.manifest import write_checkpoint, Retention
 from ddpsafe.write.slot_copy import SlotPipe
 from ddpsafe.write.slots import slots_home
 from ddpsafe.write.memory import MemoryTier
@@ -93,7 +93,7 @@ class Bench:
         c0, t0 = time.process_time(), time.perf_counter()
         slot = self.pipe.ring.fill(1000, self._files(self.state), self.meta)
         t1 = time.perf_counter()
-        self.pipe.hand(slot, root, 1000, 3, None, True, done.append)
+        self.pipe.hand(slot, root, 1000, Retention(3), done.append)
         t2, c2 = time.perf_counter(), time.process_time()
         self.pipe.poll(None)
         t3 = time.perf_counter()

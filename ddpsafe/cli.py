@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/cli.html.md"""
 
 # %% ../nbs/71_cli.ipynb #2ca575d3
 from __future__ import annotations
-import sys, time, errno, operator, json as jsonlib
+import sys, time, errno, json as jsonlib
 from pathlib import Path
 import xxhash
 from fastcore.script import call_parse
@@ -14,7 +14,7 @@ from .storage.commit import temporaries, as_path, commit_file
 from .storage.manifest import *
 from .storage.manifest import file_sizes
 from .storage.owner import read_owner, describe_owner
-from .storage.manifest import plain_key, best_of, rolled_back_copies, rolled_back_step
+from .storage.manifest import plain_key, best_of, rolled_back_copies, rolled_back_step, COMPARISONS
 
 # %% auto #0
 __all__ = ['leftovers', 'ddpsafe_ls', 'ddpsafe_verify', 'run_status', 'ddpsafe_status', 'saved_weights', 'export_weights',
@@ -48,7 +48,7 @@ def _mark_best(rows:list):
     scored = [r for r in rows if r['status'] == 'complete' and r['metric'] is not None]
     if not scored: return
     monitor, comp = scored[-1]['monitor'], scored[-1]['comp']
-    best_of([(r['metric'], r) for r in scored if r['monitor'] == monitor], operator.lt if comp == 'less' else operator.gt)['best'] = True   # the rule rotation keeps by
+    best_of([(r['metric'], r) for r in scored if r['monitor'] == monitor], COMPARISONS[comp])['best'] = True   # the rule rotation keeps by (`Retention`)
 
 def checkpoint_rows(root:Path|str,        # The checkpoints folder
                     checksums:bool=True   # Compare checksums (reads every file)? Else sizes only

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest, xxhash
 import ddpsafe.storage.commit, ddpsafe.storage.manifest
 from ddpsafe.storage.commit import *
-from ddpsafe.storage.manifest import write_checkpoint, checkpoints, check_checkpoint, newest_complete, rotate, clean_incomplete, \
+from ddpsafe.storage.manifest import write_checkpoint, checkpoints, check_checkpoint, newest_complete, Retention, clean_incomplete, \
     checkpoint_name, read_manifest, MANIFEST
 
 pytestmark = pytest.mark.timeout(120)
@@ -79,7 +79,7 @@ def test_rotation_removes_by_rename_aside(tmp_path):
     "SIGKILL in the middle of deleting a rotated checkpoint: its name is already gone, the whole folder waits as a hidden leftover"
     root = tmp_path/'checkpoints'
     for s in (1, 2, 3): write_checkpoint(root, s, {'model.safetensors': b'w'*100, 'state.pt': b's'*10})
-    killed(KILL + f"import ddpsafe.storage.commit as c\nc.shutil.rmtree = die\nfrom ddpsafe.storage.manifest import rotate\nrotate({str(root)!r}, keep=2)")
+    killed(KILL + f"import ddpsafe.storage.commit as c\nc.shutil.rmtree = die\nfrom ddpsafe.storage.manifest import Retention\nRetention(2).rotate({str(root)!r})")
     assert [p.name for p in checkpoints(root)] == [checkpoint_name(2), checkpoint_name(3)]
     [(aside, kind)] = temporaries(root)
     assert (kind, temporary_of(aside)[0]) == ('old', checkpoint_name(1)), aside
@@ -95,7 +95,7 @@ def test_rotation_order_rename_then_delete(tmp_path, monkeypatch):
     def spy(p):
         deleted.append((p.name, (root/checkpoint_name(1)).exists(), (p/MANIFEST).exists())); real(p)
     monkeypatch.setattr(ddpsafe.storage.commit, '_remove', spy)
-    assert rotate(root, keep=2) == [root/checkpoint_name(1)]
+    assert Retention(2).rotate(root) == [root/checkpoint_name(1)]
     assert len(deleted) == 1 and temporary_of(deleted[0][0]) == (checkpoint_name(1), 'old'), deleted
     assert deleted[0][1:] == (False, True), deleted
 
@@ -119,14 +119,14 @@ def test_each_file_hashed_once(tmp_path, monkeypatch):
     root = tmp_path/'checkpoints'
     for s in (1, 2, 3):
         ck = write_checkpoint(root, s, {'model.safetensors': b'w'*100, 'state.pt': FileWriter(lambda f: f.write(b's'*10))})
-        rotate(root, keep=2, written=ck)
+        Retention(2).rotate(root, written=ck)
     assert reads == [], f'files read back for a checksum: {reads}'
     assert [p.name for p in checkpoints(root)] == [checkpoint_name(2), checkpoint_name(3)]
     m = read_manifest(root/checkpoint_name(3))
     assert m['files']['model.safetensors'] == dict(size=100, xxh3=xxhash.xxh3_64_hexdigest(b'w'*100))
     write_checkpoint(root, 4, {'old-style': lambda p: p.write_bytes(b'p')})      # a writer of a path: read back once
     assert reads == ['old-style']
-    rotate(root, keep=2)                                                          # without `written`: the newest is checked
+    Retention(2).rotate(root)                                                     # without `written`: the newest is checked
     assert reads == ['old-style', checkpoint_name(4)]
 
 def test_torch_writer_hash_matches_the_file(tmp_path):

@@ -15,7 +15,7 @@ import pytest, xxhash, torch
 from ddpsafe.testing import S3TestServer
 from ddpsafe.storage.commit import as_path, commit_file, FileWriter
 from ddpsafe.callback.preempt import REQUEUE_EXIT_CODE
-from ddpsafe.storage.manifest import (write_checkpoint, checkpoints, newest_complete, check_checkpoint, read_manifest, rotate,
+from ddpsafe.storage.manifest import (write_checkpoint, checkpoints, newest_complete, check_checkpoint, read_manifest, Retention,
                               clean_incomplete, checkpoint_name, MANIFEST)
 from conftest import train_ckpt, fail_msg
 tc = train_ckpt()
@@ -77,7 +77,7 @@ def test_commit_protocol_on_s3(s3):
     assert newest_complete(root, skipped=skipped).name == 'step-00000020'
     assert 's3://ddpsafe/protocol/step-00000030/o.bin' in skipped[0][1][0], skipped
     # rotation: the manifest first, then the files
-    assert [p.name for p in rotate(root, keep=1)] == ['step-00000010']
+    assert [p.name for p in Retention(1).rotate(root)] == ['step-00000010']
     assert [p.name for p in checkpoints(root)] == ['step-00000020', 'step-00000030']
     print(f'\n[s3] commit on S3: 3 checkpoints of 12 MB, a multipart upload broken after its first part left the old object and no open upload, '
           f'an unfinished save invisible and cleaned, a changed byte skipped, rotation kept the newest complete')

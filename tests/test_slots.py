@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest, torch
 from ddpsafe.write.slots import SlotWriter, WriterGone, persist_slot, sealed_slots, read_seal, slot_file, previous_writer, wait_previous_writer
 from ddpsafe.write.slot_copy import SlotRing
-from ddpsafe.storage.manifest import checkpoints, check_checkpoint, newest_complete, read_manifest, checkpoint_name, clean_incomplete
+from ddpsafe.storage.manifest import checkpoints, check_checkpoint, newest_complete, read_manifest, checkpoint_name, clean_incomplete, Retention
 from ddpsafe.storage.commit import temporaries
 from conftest import same_tree
 
@@ -42,7 +42,7 @@ def test_round_trip_of_a_fastai_fit(tmp_path, monkeypatch):
     real = Saver.save
     def save(self, step, files, meta, shards=None):
         slot = ring.fill(step, files, meta)                       # what a tier of slots will do at the step boundary
-        writer.submit(slot, tmp_path/'slots', step, keep=100); saved.append(step)
+        writer.submit(slot, tmp_path/'slots', step, Retention(100)); saved.append(step)
         writer.wait(60)
         return real(self, step, files, meta, shards)
     monkeypatch.setattr(Saver, 'save', save)
@@ -170,7 +170,7 @@ def test_disk_full_mid_persist(tmp_path, tmpfs):
     assert not r['ok'] and 'could not write checkpoint' in r['error'] and 'No space left on device' in r['error'], r
     assert [c.name for c in checkpoints(disk)] == ['step-00000001'] and temporaries(disk) == []
     assert check_checkpoint(disk/'step-00000001') == []
-    w.submit(ring.fill(3, state(0.2, 3)), disk, 3, keep=1); assert w.wait(60)[0]['ok']   # still working
+    w.submit(ring.fill(3, state(0.2, 3)), disk, 3, Retention(1)); assert w.wait(60)[0]['ok']   # still working
     assert [c.name for c in checkpoints(disk)] == ['step-00000003']
     w.close(30); ring.close()
 

@@ -6,7 +6,8 @@ Docs: https://ddpsafe.github.io/ddpsafe/storage.manifest.html.md"""
 
 # %% ../../nbs/46_storage.manifest.ipynb #e4996c0b
 from __future__ import annotations
-import re, json, time, errno
+import re, sys, json, time, errno, operator
+from dataclasses import dataclass, replace
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from .commit import storage_for, as_path, committing, write_file, fsync_path, file_digest, discard, temporaries, clean_temporaries, UPLOAD_THREADS
@@ -15,7 +16,7 @@ _all_ = ['file_digest', 'UPLOAD_THREADS']
 # %% auto #0
 __all__ = ['MANIFEST', 'SHARD_INDEX', 'REQUEUE_EXIT_CODE', 'STOPPED_EXIT_CODE', 'checkpoint_name', 'checkpoint_step',
            'write_checkpoint', 'CorruptCheckpoint', 'read_manifest', 'check_checkpoint', 'checkpoint_status',
-           'checkpoints', 'newest_complete', 'rotate', 'clean_incomplete', 'commit_checkpoint', 'file_digest',
+           'checkpoints', 'newest_complete', 'Retention', 'clean_incomplete', 'commit_checkpoint', 'file_digest',
            'UPLOAD_THREADS']
 
 # %% ../../nbs/46_storage.manifest.ipynb #b91605d8
@@ -237,26 +238,53 @@ def _fit_ends(upto:list, mans:dict) -> list:
     newest = mans[str(upto[-1])].get('fit', 0)
     return [p for f, p in last.items() if f < newest]
 
-def rotate(root:Path|str,   # The checkpoints folder
-           keep:int,        # How many of the newest complete checkpoints to keep
-           comp=None,       # Is the first metric better than the second? The best checkpoint by it is kept too; `None`: no best
-           written:Path|str|None=None, # The checkpoint this process just wrote: its files are not read again
-           also=(),         # More checkpoints to keep whatever their age (one being uploaded)
-           storage=None,    # The storage it is on, when the caller knows it (`storage_for` by default)
-           fit_ends:bool=True # Keep the last checkpoint of each earlier fit of the run too: a rerun of the script replays those fits from them
-          ) -> list:
-    "Delete old checkpoints, keeping the newest `keep`, the best by `comp`, and the last of each earlier fit"
-    storage = storage or storage_for(root)
-    newest = newest_complete(root, written=written, storage=storage)
-    if newest is None: return []
-    upto = [p for p in checkpoints(root, storage) if checkpoint_step(p) <= checkpoint_step(newest) and checkpoint_status(p, False, storage) == 'complete']
-    mans = {str(p): read_manifest(p, storage) for p in upto} if comp is not None or fit_ends else {}
-    best = best_of([(mans[str(p)].get('metric'), p) for p in upto], comp) if comp is not None else None
-    kept = {str(p) for p in (best, *also, *(_fit_ends(upto, mans) if fit_ends else ())) if p is not None}
-    old = [p for p in upto[:max(len(upto)-keep, 0)] if str(p) not in kept]
-    for p in old: discard(p, marker=MANIFEST, storage=storage)
-    return old
+COMPARISONS = {'less': operator.lt, 'greater': operator.gt}   # the names a comparison crosses a pipe by: the writer process has no numpy
 
+def comparison_name(comp) -> str|None:
+    "'less' or 'greater' for `comp` ('less', `np.less`, `operator.gt`...); `None` for a comparison without a name"
+    if isinstance(comp, str): return comp
+    np = sys.modules.get('numpy')   # numpy's are known once numpy is loaded: storage stands without it
+    return ({operator.lt: 'less', operator.gt: 'greater'} | ({np.less: 'less', np.greater: 'greater'} if np else {})).get(comp)
+
+# %% ../../nbs/46_storage.manifest.ipynb #a7fbc027
+@dataclass(frozen=True)
+class Retention:
+    "Which checkpoints a folder keeps as older ones go: the newest `keep`, the best by `comp`, the last of each earlier fit, and those `held`"
+    keep:int=3          # The newest this many complete checkpoints, counted from the one resume would load
+    comp:object=None    # Is the first metric better than the second? 'less', 'greater', `np.less`, `operator.gt`...: the best is kept too; `None`: no best
+    fit_ends:bool=True  # The last checkpoint of each earlier fit of the run too: a rerun of the script replays those fits from them
+    held:tuple=()       # More checkpoints kept whatever their age (ones being uploaded)
+    def __post_init__(self):
+        if not (isinstance(self.keep, int) and self.keep >= 1): raise ValueError(f'keep={self.keep!r}: a number of checkpoints, 1 or more')
+        if isinstance(self.comp, str) and self.comp not in COMPARISONS: raise ValueError(f"comp={self.comp!r}: 'less', 'greater' or a function")
+        object.__setattr__(self, 'held', tuple(map(str, self.held)))
+
+    def holding(self, paths) -> Retention: return replace(self, held=(*self.held, *paths))   # these kept too, whatever their age
+    @property
+    def named(self) -> bool: return self.comp is None or comparison_name(self.comp) is not None   # can it cross a pipe to the writer process?
+    def as_dict(self) -> dict:
+        "What crosses the pipe to the writer process, which rebuilds it with `Retention(**d)`"
+        if not self.named: raise ValueError(f'comp={self.comp!r} has no name to cross a pipe by: the trainer rotates with it')
+        return dict(keep=self.keep, comp=comparison_name(self.comp), fit_ends=self.fit_ends, held=list(self.held))
+
+    def rotate(self, root:Path|str, # The checkpoints folder
+               written:Path|str|None=None, # The checkpoint this process just wrote: its files are not read again
+               storage=None   # The storage it is on, when the caller knows it (`storage_for` by default)
+              ) -> list:
+        "Delete the old checkpoints of `root` it does not keep; those deleted, oldest first"
+        storage = storage or storage_for(root)
+        newest = newest_complete(root, written=written, storage=storage)
+        if newest is None: return []
+        upto = [p for p in checkpoints(root, storage) if checkpoint_step(p) <= checkpoint_step(newest) and checkpoint_status(p, False, storage) == 'complete']
+        mans = {str(p): read_manifest(p, storage) for p in upto} if self.comp is not None or self.fit_ends else {}
+        best = best_of([(mans[str(p)].get('metric'), p) for p in upto], COMPARISONS.get(self.comp, self.comp)) if self.comp is not None else None
+        kept = {str(p) for p in (best, *self.held, *(_fit_ends(upto, mans) if self.fit_ends else ())) if p is not None}
+        old = [p for p in upto[:max(len(upto)-self.keep, 0)] if str(p) not in kept]
+        for p in old: discard(p, marker=MANIFEST, storage=storage)
+        return old
+
+
+# %% ../../nbs/46_storage.manifest.ipynb #ea214df2
 def clean_incomplete(root:Path|str) -> list:
     "Put back a checkpoint a crash left replaced by nothing, then remove leftovers of unfinished saves and removals"
     storage = storage_for(root)
@@ -270,16 +298,13 @@ def commit_checkpoint(root:Path|str,  # The checkpoints folder
                       step:int,       # Optimizer steps done: the checkpoint's name
                       files:dict,     # File name -> writer, as `write_checkpoint` takes them
                       meta:dict|None, # Anything JSON can hold, stored in the manifest (epoch, metric...)
-                      keep:int,       # How many of the newest complete checkpoints to keep, as `rotate` counts them
-                      comp=None,      # Is the first metric better than the second? The best is kept too; `None`: no best
-                      also=(),        # More checkpoints to keep whatever their age (one being uploaded)
+                      retention:Retention, # What `root` keeps as the old ones go
                       expect:dict|None=None, # The files' sizes and xxh3 as another manifest lists them (a copy's source)
-                      storage=None,   # The storage it is on, when the caller knows it (`storage_for` by default)
-                      fit_ends:bool=True # Keep the last checkpoint of each earlier fit of the run too, as `rotate` does
+                      storage=None    # The storage it is on, when the caller knows it (`storage_for` by default)
                      ) -> Path:
-    "A tier's commit: checkpoint `step` written whole (`write_checkpoint`), then the old ones rotated away (`rotate`)"
+    "A tier's commit: checkpoint `step` written whole (`write_checkpoint`), then the old ones rotated away (`Retention.rotate`)"
     ck = write_checkpoint(root, step, files, meta, storage, expect)
-    rotate(root, keep, comp, written=ck, also=also, storage=storage, fit_ends=fit_ends)
+    retention.rotate(root, written=ck, storage=storage)
     return ck
 
 # %% ../../nbs/46_storage.manifest.ipynb #457743b5

@@ -18,8 +18,7 @@ __all__ = ['lower_priority']
 # %% ../../nbs/48_storage.upload.ipynb #e49dbe4e
 def upload_checkpoint(ck:Path,  # A committed local checkpoint
                       root,     # Where to copy it: a checkpoints folder or URL
-                      keep:int, # How many of the newest to keep there (and the best)
-                      comp=None # `np.less` or `np.greater`: which metric is the best; `None`: no best
+                      retention:Retention # What `root` keeps as the old ones go
                      ) -> Path:
     "Copy checkpoint `ck` into `root` and rotate there (`commit_checkpoint`); a file that differs from `ck`'s manifest commits nothing"
     man = read_manifest(ck)
@@ -28,7 +27,7 @@ def upload_checkpoint(ck:Path,  # A committed local checkpoint
             with open(ck/name, 'rb') as src: shutil.copyfileobj(src, f, 1<<22)
         return FileWriter(write_to)
     meta = {k: v for k, v in man.items() if k not in ('format', 'step', 'time', 'files')}
-    return commit_checkpoint(root, man['step'], {n: copy(n) for n in man['files']}, meta, keep, comp, expect=man['files'])
+    return commit_checkpoint(root, man['step'], {n: copy(n) for n in man['files']}, meta, retention, expect=man['files'])
 
 # %% ../../nbs/48_storage.upload.ipynb #dc86be2c
 def lower_priority(nice:int=19): # The niceness to take: 19 is the lowest priority
@@ -42,8 +41,7 @@ class Uploader:
     "Copies committed checkpoints to another tier on a thread of its own; a newer one replaces one still waiting"
     def __init__(self,
                  root,          # Where the checkpoints go: a checkpoints folder or URL
-                 keep:int,      # How many of the newest to keep there (and the best)
-                 comp,          # `np.less` or `np.greater`: which metric is the best
+                 retention:Retention, # What `root` keeps as the old ones go: its own newest and best
                  nice:int|None=19): # The thread's niceness (Linux), as `AsyncWriter`'s
         store_attr()
         self.pending,self.current,self.error,self.closing,self.thread = None,None,None,False,None
@@ -64,7 +62,7 @@ class Uploader:
                 if self.pending is None: return
                 self.current, self.pending = self.pending, None
             try:
-                upload_checkpoint(self.current, self.root, self.keep, self.comp)
+                upload_checkpoint(self.current, self.root, self.retention)
                 self.uploaded = self.current
             except BaseException as e: self.error = (self.current, e)
             finally:

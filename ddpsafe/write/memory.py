@@ -99,7 +99,7 @@ def commit(self:MemoryTier,
           meta:dict|None=None   # What the manifest records besides (epoch, position...)
          ) -> Path:
     "Rank 0: commit checkpoint `step` to the tier, then keep the newest `keep`; said once: what the tier holds"
-    ck = commit_checkpoint(_private(self.folder), step, files, dict(meta or {}, tier='memory'), self.keep, fit_ends=False)   # the newest steps alone: the disk keeps the fits' ends
+    ck = commit_checkpoint(_private(self.folder), step, files, dict(meta or {}, tier='memory'), Retention(self.keep, fit_ends=False))   # the newest steps alone: the disk keeps the fits' ends
     if str(self.folder) not in _said: _said.add(str(self.folder)); print(self.holds_note())
     return ck
 

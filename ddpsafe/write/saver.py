@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/write.saver.html.md"""
 
 # %% ../../nbs/59_write.saver.ipynb #7f000002
 from __future__ import annotations
-import os, time, shutil, operator, tempfile, warnings, contextlib
+import os, time, shutil, tempfile, warnings, contextlib
 import xxhash
 import numpy as np
 from functools import partial
@@ -31,13 +31,9 @@ from ..dist.collectives import using_side_group
 __all__ = ['SHM_FIX', 'Saver', 'slots_room', 'fit_saver']
 
 # %% ../../nbs/59_write.saver.ipynb #7f00000d
-_COMP_NAMES = {np.less: 'less', operator.lt: 'less', np.greater: 'greater', operator.gt: 'greater'}   # the writer process has no numpy
-def _comp_name(comp) -> str|None: return _COMP_NAMES.get(comp)
 def _fingerprints(files:dict) -> dict:
     "Per file: its structure as `torch.save` pickles it and each tensor's (storage, version); `None` where it is never known unchanged (`tensor_marks`)"
     return {n: None if m is None else (skeleton(files[n])[0], m) for n, m in tensor_marks(files).items()}
-
-def _pipeable(comp) -> bool: return comp is None or comp in _COMP_NAMES   # another comparison can not cross the pipe: the trainer commits
 
 def _slots_folder(root, # The run's checkpoints folder (the `local` one when there are two tiers)
                  memory=None, # The fit's `MemoryTier`: its folder holds the slots
@@ -56,8 +52,7 @@ class Saver(Tier):
     def __init__(self,
                  root:Path,      # The checkpoints folder the commits go to (the `local` one when there are two tiers)
                  storage,        # `root`'s storage, as `storage_for` chose it
-                 keep:int,       # Keep the newest this many complete checkpoints in `root`, and the best one
-                 comp,           # `np.less` or `np.greater`: which metric is the best
+                 retention:Retention, # What `root` keeps as the old ones go: the newest `keep`, the best, the ends of earlier fits
                  claim,          # `root`'s `FolderClaim`: rank 0 checks it before each commit
                  async_save:bool=False, # Copy at the step boundary, write in the background (a writer process; a thread for shards or object storage)
                  sharded:bool=False,    # Does every rank write its own shards? (`in_shards_to`)
@@ -70,7 +65,7 @@ class Saver(Tier):
         if not (isinstance(async_slots, int) and async_slots >= 1): raise ValueError(f'async_slots={async_slots!r}: a number of slots, 1 or more')
         store_attr()
         self.committed = None   # rank 0's last commit by the trainer: its step, folder, files' fingerprints and entries
-        self.piped = async_save and not sharded and storage.local and _pipeable(comp)   # a whole model to a local folder: sealed in a slot, committed by the writer process
+        self.piped = async_save and not sharded and storage.local and retention.named   # a whole model to a local folder: sealed in a slot, committed by the writer process
         self.writer, self.buffers = (AsyncWriter(), StateBuffers()) if async_save and not self.piped else (None, None)
         if self.pipe is None and (self.piped or memory is not None):
             extra = async_slots - 1 if self.piped else 0       # the slots beyond one that async saves were given
@@ -110,8 +105,7 @@ class Saver(Tier):
         "Rank 0 checks its claim, commits the checkpoint whole (a whole model has no shards; files this fit committed for `step` already, unchanged, linked), uploads: one outcome for `on_main`"
         self.claim.check()
         prints = _fingerprints(files) if self.storage.local else {}
-        ck = commit_checkpoint(self.root, step, self._linked(step, checkpoint_writers(files), prints), meta, self.keep, self.comp,
-                               self._uploading(), storage=self.storage)
+        ck = commit_checkpoint(self.root, step, self._linked(step, checkpoint_writers(files), prints), meta, self._kept(), storage=self.storage)
         if prints: self.committed = dict(step=step, path=ck, prints=prints, entries=read_manifest(ck)['files'])
         return self._upload(ck)
 
@@ -124,10 +118,10 @@ class Saver(Tier):
 
     def _commit_now(self, step:int, files:dict, meta:dict, shards=None) -> Path:
         "Rank 0's synchronous save: from the memory tier's newest slot when it holds `step` unchanged (its bytes written straight, nothing serialized again), else `_commit`"
-        slot = self.pipe.ring.reseal(step, files, meta) if self.pipe is not None and self.storage.local and _pipeable(self.comp) else None
+        slot = self.pipe.ring.reseal(step, files, meta) if self.pipe is not None and self.storage.local and self.retention.named else None
         if slot is None: return self._commit(step, files, meta)
         self.claim.check()
-        return self.pipe.hand(slot, self.root, step, self.keep, _comp_name(self.comp), True, self._upload, self._uploading())
+        return self.pipe.hand(slot, self.root, step, self._kept(), self._upload)
 
     def _write_shards(self, step:int, files:dict, meta:dict, shards:dict, background:bool=False) -> Path:
         "Every rank writes its shards, rank 0 the rest; then rank 0 keeps (in the background: on the writers' own group)"
@@ -136,7 +130,7 @@ class Saver(Tier):
 
     def _rotate(self, ck:Path) -> Path:
         "Rank 0, after every rank's shards of `ck` are in: rotate as `commit_checkpoint` does, then upload"
-        rotate(self.root, self.keep, self.comp, written=ck, also=self._uploading(), storage=self.storage)   # `ck` was hashed as written
+        self._kept().rotate(self.root, written=ck, storage=self.storage)   # `ck` was hashed as written
         return self._upload(ck)
 
     def _hand(self, step:int, files:dict, meta:dict) -> Path|None:
@@ -149,9 +143,9 @@ class Saver(Tier):
             self.pipe.notes.append(f'ddpsafe: {e}; checkpoint {step} is written by the training process instead')
             return self._commit(step, files, meta)
         self.submitted = (step, time.monotonic())
-        return self.pipe.hand(slot, self.root, step, self.keep, _comp_name(self.comp), True, self._upload, self._uploading())
+        return self.pipe.hand(slot, self.root, step, self._kept(), self._upload)
 
-    def _uploading(self) -> list: return self.uploader.in_use() if self.uploader else []   # rotation keeps these
+    def _kept(self) -> Retention: return self.retention.holding(self.uploader.in_use() if self.uploader else [])   # and what an upload holds now
 
     def _upload(self, ck:Path) -> Path:
         "Hand `ck` to the uploader, if there is one; warn of an upload that failed"
@@ -354,7 +348,7 @@ def recover(self:Saver) -> int|None:
         step, slot = found[-1]
         if step > _newest_step(self.root, self.far):
             self.claim.check()
-            persist_slot(slot, self.root, self.keep, _comp_name(self.comp), True, step, self._uploading())
+            persist_slot(slot, self.root, self._kept(), step)
             done = step
     for s in slots:
         if s in ring.slots: unseal(s)           # on disk now, or older than it: the ring starts empty
@@ -390,8 +384,8 @@ def fit_saver(folder,                # The checkpoints folder, resolved: a `Path
         if is_main(): say(f'ddpsafe: checkpoints in {commits.absolute(root)}' + (f', uploaded to {far}' if local else ''))
         sharded = in_shards_to(model, root, storage.local)
         if sharded and memory is not None: memory = memory.decline('this fit saves its sharded model in shards, which the memory tier does not hold')
-        s = Saver(root, commits, keep, comp, claims[0], async_save, sharded,
-                  Uploader(far, keep, comp) if local and is_main() else None,
+        retention = Retention(keep, comp)   # what each folder keeps: the local one, and the uploads' own
+        s = Saver(root, commits, retention, claims[0], async_save, sharded, Uploader(far, retention) if local and is_main() else None,
                   memory, far if local else None, claims[1] if local else None, async_slots=async_slots)
         if s.pipe is not None: everywhere(s.pipe, s.recover)   # what a trainer killed after a seal left: on disk before a resume looks
         return s

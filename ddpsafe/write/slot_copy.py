@@ -14,6 +14,7 @@ from ..formats.files import safetensors_header, skeleton, tensor_marks, tensors_
 from ..dist.collectives import on_main, is_main
 from ..dist.watch import waiting_for
 from ..storage.commit import temporaries, storage_for
+from ..storage.manifest import Retention
 from .slots import make_slot, seal, unseal, read_seal, aligned, slots_home, SLOT_DATA, WriterStalled
 from .slots import SlotWriter, WriterGone, persist_slot, wait_previous_writer, ended_words, STOP_STALL
 
@@ -224,19 +225,19 @@ def free(self:SlotPipe) -> Path|None:
     return self.ring.free()
 
 @patch
-def hand(self:SlotPipe, slot:Path, root, step:int, keep:int, comp:str|None, fit_ends:bool, done, also=()):
+def hand(self:SlotPipe, slot:Path, root, step:int, retention:Retention, done):
     "Commit sealed `slot` (step `step`) to `root`: by the writer (after the write in flight), or here once it is gone; `done(ck)` after the commit"
     if len(self.jobs) >= self.depth: self.poll(None, leave=self.depth - 1)   # `depth` writes in flight at most
     if self.writer is not None:
         try:
-            jid = self.writer.submit(slot, root, step, keep, comp, fit_ends, also)
+            jid = self.writer.submit(slot, root, step, retention)
             self.ring.handed.add(slot)
-            self.jobs.append(dict(id=jid, slot=slot, root=root, step=step, keep=keep, comp=comp, fit_ends=fit_ends, also=also, done=done, at=time.monotonic()))
+            self.jobs.append(dict(id=jid, slot=slot, root=root, step=step, retention=retention, done=done, at=time.monotonic()))
             return None
         except WriterGone as e: self._gone(e)
         except OSError as e: self._gone(e)
     began = time.monotonic()
-    try: ck = persist_slot(slot, root, keep, comp, fit_ends, step, also)
+    try: ck = persist_slot(slot, root, retention, step)
     finally: self.seconds = time.monotonic() - began
     return done(ck)
 
@@ -286,7 +287,7 @@ def _gone(self:SlotPipe, e):
     for job in jobs:
         self.ring.handed.discard(job['slot'])
         began = time.monotonic()
-        try: job['done'](persist_slot(job['slot'], job['root'], job['keep'], job['comp'], job['fit_ends'], job['step'], job['also']))
+        try: job['done'](persist_slot(job['slot'], job['root'], job['retention'], job['step']))
         except Exception as err: self.error = self.error or err
         finally: self.seconds = time.monotonic() - began
 

@@ -6,11 +6,11 @@ Docs: https://ddpsafe.github.io/ddpsafe/write.slots.html.md"""
 
 # %% ../../nbs/56_write.slots.ipynb #e0ada34e
 from __future__ import annotations
-import io, os, sys, json, mmap, time, uuid, errno, base64, select, shutil, signal, struct, operator, tempfile, contextlib, subprocess, threading
+import io, os, sys, json, mmap, time, uuid, errno, base64, select, shutil, signal, struct, tempfile, contextlib, subprocess, threading
 from pathlib import Path
 import ddpsafe
 from ..storage.commit import FileWriter, write_file
-from ..storage.manifest import commit_checkpoint, read_manifest
+from ..storage.manifest import commit_checkpoint, read_manifest, Retention
 
 # %% auto #0
 __all__ = []
@@ -176,15 +176,10 @@ def _unchanged(slot:Path, record:dict, root) -> dict:
     return still_committed(last['path'], last['entries'], [n for n, r in record['files'].items() if r['kind'] != 'bytes' and r == last['files'].get(n)])
 
 # %% ../../nbs/56_write.slots.ipynb #b6fe0707
-COMPARISONS = {None: None, 'less': operator.lt, 'greater': operator.gt}
-
 def persist_slot(slot:Path,        # A sealed slot
                  root,             # The checkpoints folder
-                 keep:int=3,       # Keep the newest this many, as `rotate` counts them
-                 comp:str|None=None, # 'less' or 'greater': the best checkpoint by its metric is kept too; `None`: no best
-                 fit_ends:bool=True, # Keep the last checkpoint of each earlier fit too
-                 step:int|None=None, # The step the caller expects the slot to hold
-                 also=()            # More checkpoints to keep whatever their age (ones being uploaded)
+                 retention:Retention=Retention(), # What `root` keeps as the old ones go
+                 step:int|None=None # The step the caller expects the slot to hold
                 ) -> Path:
     "Commit sealed `slot` as a checkpoint in `root` (`commit_checkpoint`), its files' bytes straight from the slot"
     slot = Path(slot)
@@ -195,7 +190,7 @@ def persist_slot(slot:Path,        # A sealed slot
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if record.get('nbytes') else None
         view = memoryview(mm) if mm is not None else memoryview(b'')
         try: ck = commit_checkpoint(root, record['step'], slot_writers(slot, record, view, _unchanged(slot, record, root)),
-                                    record.get('meta'), keep, COMPARISONS[comp], also=[Path(p) for p in also], fit_ends=fit_ends)
+                                    record.get('meta'), retention)
         finally:
             with contextlib.suppress(BufferError): view.release(); mm is not None and mm.close()
     PERSISTED[str(slot)] = dict(data=record.get('data'), step=record['step'], root=str(root), files=record['files'], path=str(ck),
@@ -246,7 +241,7 @@ def serve(jobs=None, replies=None, nice:int=19, idle:bool=True, beat:float=BEAT)
         if not line.strip(): continue
         job, began = json.loads(line), time.monotonic()
         working.set()
-        try: reply = dict(ok=True, path=str(persist_slot(job['slot'], job['root'], job.get('keep', 3), job.get('comp'), job.get('fit_ends', True), job.get('step'), job.get('also', ()))))
+        try: reply = dict(ok=True, path=str(persist_slot(job['slot'], job['root'], Retention(**job.get('retention', {})), job.get('step'))))
         except Exception as e: reply = dict(ok=False, error=f'{type(e).__name__}: {e}', errno=getattr(e, 'errno', None))
         finally: working.clear()
         try: _say(replies, lock, **reply, id=job['id'], step=job.get('step'), seconds=time.monotonic()-began)
@@ -308,11 +303,11 @@ class SlotWriter:
         e = WriterStalled(errno.ETIMEDOUT, f'ddpsafe: the checkpoint writer process (pid {self.proc.pid}) wrote nothing for {quiet:.0f} s with step {steps} in hand '
                           f'(stopped, or its disk does not answer; ' + (f'DDPSAFE_WRITER_STALL={self.stall:g} s)' if limit == self.stall else f'a stop waits {limit:g} s at most)'))
         e.limit = limit; raise e
-    def submit(self, slot:Path, root, step:int, keep:int=3, comp:str|None=None, fit_ends:bool=True, also=()) -> int:
+    def submit(self, slot:Path, root, step:int, retention:Retention=Retention()) -> int:
         "Hand sealed `slot` (checkpoint `step`) to the writer; the job's id"
         if self.proc is None: self.start()
         self.next_id += 1
-        job = dict(id=self.next_id, slot=str(slot), step=step, root=str(root), keep=keep, comp=comp, fit_ends=fit_ends, also=[str(p) for p in also])
+        job = dict(id=self.next_id, slot=str(slot), step=step, root=str(root), retention=retention.as_dict())
         if not self.pending: self.moved = time.monotonic()   # the stall clock runs from here
         self.pending[job['id']] = job
         try: self.proc.stdin.write(json.dumps(job).encode() + b'\n'); self.proc.stdin.flush()
