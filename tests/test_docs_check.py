@@ -163,3 +163,26 @@ def test_code_breaks(docs):
     assert '<code>learn.<wbr>fit(<wbr>cbs=<wbr>SaveModelCallback(<wbr>monitor=<wbr>&#39;accuracy&#39;))</code>' in out, out
     assert '<span class="nw">ddpsafe-ls</span> <span class="nw">--stop-at</span>' in out, out
     assert out.endswith('<pre><span></span><code>learn.fit(1)</code></pre>')   # code blocks: as they are, they scroll
+
+def test_param_groups_head_the_table(docs, tmp_path):
+    "A comment on a line of its own in a signature heads a group of the parameters table, until the next; a docment stays a docment"
+    import inspect, textwrap, types
+    mod = types.ModuleType('grouped'); sys.modules['grouped'] = mod
+    src = textwrap.dedent('''
+        def f(a,      # first
+              # Where
+              b=1,    # second
+              c=2,    # third
+              # How
+              d=3):   # fourth
+            "A grouped signature"
+        def g(a, b=1): "No group"
+        ''')
+    path = tmp_path/'grouped.py'   # inspect reads the source from a file
+    try:
+        path.write_text(src); exec(compile(src, str(path), 'exec'), vars(mod))
+        assert docs.param_groups(mod.f, inspect.signature(mod.f).parameters) == dict(b='Where', c='Where', d='How')
+        rows = docs.param_table(mod.f, inspect.signature(mod.f)).splitlines()
+        assert [r.split('|')[1].strip() for r in rows[2:]] == ['`a`', '**Where**', '`b`', '`c`', '**How**', '`d`'], rows
+        assert rows[4].endswith('| second |') and docs.param_groups(mod.g, inspect.signature(mod.g).parameters) == {}
+    finally: path.unlink(missing_ok=True); del sys.modules['grouped']

@@ -75,15 +75,27 @@ def _sig(name:str, sig, kind:str, sym=None) -> str:
 
 def _cell(x) -> str: return str(x).replace('|', '\\|').replace('\n', ' ')
 
+def param_groups(sym, names) -> dict:
+    "Parameter -> its group: the comment on a line of its own above it in the signature (`# What to keep`), until the next"
+    try: lines = inspect.getsource(sym.__init__ if inspect.isclass(sym) else sym).splitlines()
+    except (TypeError, OSError): return {}
+    groups, head = {}, None
+    for line in lines:
+        if m := re.match(r'\s*#\s*(.+)', line): head = m.group(1).strip()
+        elif (m := re.match(r'\s*(?:def \w+\(|\*{0,2})(\w+)\b', line)) and m.group(1) in names and head: groups[m.group(1)] = head
+        if re.search(r'\)\s*(?:->.*)?:\s*(?:#.*)?$', line): break   # the signature's end
+    return groups
+
 def param_table(sym, sig) -> str:
-    "Markdown table of the parameters in `sig`: type, default, and the docment of each"
+    "Markdown table of the parameters in `sig`: type, default, and the docment of each, under their groups' headings"
     if not sig or not [n for n in sig.parameters if n != 'self']: return ''
     from fastcore.docments import docments
     try: docs = docments(sym, full=True, args_kwargs=True)   # `*args`, `**kwargs` too
     except Exception: docs = {}
-    rows = ['| Parameter | Type | Default | Details |', '|---|---|---|---|']
+    rows, groups, head = ['| Parameter | Type | Default | Details |', '|---|---|---|---|'], param_groups(sym, sig.parameters), None
     for n, p in sig.parameters.items():
         if n == 'self': continue
+        if groups.get(n, head) != head: head = groups[n]; rows.append(f'| **{_cell(head)}** | | | |')
         star = '*' if p.kind == p.VAR_POSITIONAL else '**' if p.kind == p.VAR_KEYWORD else ''
         anno = _anno(p.annotation, sym)
         dflt = '' if p.default is p.empty else f'`{_default(p.default)}`'

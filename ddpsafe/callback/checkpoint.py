@@ -45,27 +45,34 @@ class CheckpointCallback(TrainingCallback):
     "Save the whole training state, and resume from it"
     order = 65   # after the recorder, the schedulers and the trackers have seen the batch or epoch
     def __init__(self,
+                 # When and where to save
                  path='checkpoints', # Folder of checkpoints, relative to `learn.path`; or a URL such as `s3://bucket/run`
                  every_epoch:int|None=1, # Save every this many epochs; `None`: never
                  every_steps:int|None=None, # Save every this many optimizer steps; `None`: never
                  every_seconds:float|str|None=None, # Also save when this much wall time has passed since the last save; 'auto': chosen from a save's measured cost and the folder's failures
-                 *,               # The rest by name only, in groups: when to stop; what to keep and where; how to resume
+                 *,               # The rest by name only
+                 # Stop requests: signals and switches
                  signals=(signal.SIGTERM, signal.SIGUSR1), # Signals that make every rank save and stop
                  save_switch:str|None='save-now', # A file of this name in `path` (in `local` when given) makes the run save now
                  stop_switch:str|None='stop-now', # A file of this name in `path` (in `local` when given) makes the run save and stop
                  poll_seconds:float=POLL_SECONDS, # At most this many seconds between two rounds of the stop-request agreement: a request is acted on within max(poll_seconds, one step) + one step; 0: a round every step
                  exit_code:int|None=REQUEUE_EXIT_CODE, # Exit with this after a signal's checkpoint; `None`: return from fit
+                 # What to keep
                  keep:int=3,      # Keep the newest this many complete checkpoints, and the best one
                  monitor:str='valid_loss', # The recorded value that picks the best checkpoint to keep
                  comp=None,       # `np.less` or `np.greater`; from `monitor`'s name when `None`
+                 # How saves are written
                  async_save:bool=False, # Copy at the step boundary, write in the background (a writer process; a thread for shards or object storage)
                  async_slots:int=1, # Copies of the state the async saves keep in /dev/shm (RAM): 1, and a save that finds the last one still being written waits for it (said once a fit); 2, and it copies into the second at once, written right after the first: no wait, twice the RAM. The memory tier adds its own
+                 # Object storage, and a local tier before it
                  storage_options:dict|None=None, # For a URL `path` (`s3://bucket/run`): fsspec's options (credentials, `endpoint_url`...)
                  local:str|None=None, # A fast local folder (relative to `learn.path`): commit there first, upload to `path` in the background
                  upload_wait:float=60., # With `local`: after a stop by signal, wait this many seconds at most for the upload
+                 # The memory tier
                  memory_every_steps:int|None=None, # Also save every this many optimizer steps to the memory tier, in node-local RAM; `None`: no memory tier
                  memory_path:str|None=None, # The memory tier's folder (relative to `learn.path`); `None`: one of this run's own in /dev/shm
                  memory_keep:int=2, # Slots in the memory tier (2 at least): its newest this many checkpoints, less one a disk write holds
+                 # Resume
                  resume:bool|int|str=True, # True: from the newest complete checkpoint in `path`; False: afresh; a step or a checkpoint folder: from that one
                  accept_changes=(), # What a resume may find changed on purpose: any of 'model', 'optimizer', 'fit', 'parts'
                  extra:dict|None=None): # Objects of yours to save with every checkpoint, by name: anything with `state_dict()` and `load_state_dict()`
