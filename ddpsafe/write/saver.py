@@ -76,7 +76,12 @@ class Saver(Tier):
         self.submitted, self.waited = None, False   # (step, time) of the last background write handed over; has a save waited this fit?
         self.reserved = False   # has this fit's `reserve` run (after its first step, a resumed fit's too)?
         if sharded and async_save and coordinating(): side_group('write')   # every rank's writer thread talks on it
-        self.write = partial(self._write_shards, background=async_save) if sharded else self._commit if async_save else partial(on_main, self._commit_now)
+        self.write = self._write_path()
+
+    def _write_path(self):
+        "How this fit's saves are written, chosen once: in shards by every rank; whole by rank 0, on its writer thread or now (`save` hands a piped one to the writer process)"
+        if self.sharded: return partial(self._write_shards, background=self.async_save)
+        return self._commit if self.async_save else partial(on_main, self._commit_now)
 
     def ready(self, step:int) -> bool: # The step due a save
         "Every rank: the write in flight done first (a save that waited for it is said), and an upload of the same step (saved again); the disk takes every save"

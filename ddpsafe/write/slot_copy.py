@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/write.slot_copy.html.md"""
 
 # %% ../../nbs/57_write.slot_copy.ipynb #26e914fd
 from __future__ import annotations
-import io, os, time, uuid, errno, base64, pickle, warnings, threading, contextlib
+import io, os, time, uuid, errno, pickle, warnings, threading, contextlib
 from pathlib import Path
 import torch
 from fastcore.basics import patch
@@ -16,30 +16,28 @@ from ..dist.watch import waiting_for
 from ..storage.commit import temporaries, storage_for
 from ..storage.manifest import Retention
 from .slots import make_slot, seal, unseal, read_seal, aligned, slots_home, SLOT_DATA, WriterStalled
-from .slots import SlotWriter, WriterGone, persist_slot, wait_previous_writer, ended_words, STOP_STALL
+from .slots import SlotWriter, WriterGone, persist_slot, wait_previous_writer, ended_words, STOP_STALL, seal_text
 
 # %% auto #0
 __all__ = []
 
 # %% ../../nbs/57_write.slot_copy.ipynb #0fa71006
-def _b64(b:bytes) -> str: return base64.b64encode(b).decode()
-
 def plan_slot(files:dict # A checkpoint's files: name -> a dict of tensors (`.safetensors`), bytes, or anything `torch.save` takes
              ) -> tuple:
     "(each file's recipe for the writer, the (source, offset) copies that fill the slot, the bytes the slot needs)"
     at, recipes, copies = 0, {}, []
     for name, c in files.items():
-        if isinstance(c, (bytes, bytearray)): recipes[name] = dict(kind='bytes', data=_b64(bytes(c))); continue
+        if isinstance(c, (bytes, bytearray)): recipes[name] = dict(kind='bytes', data=seal_text(bytes(c))); continue
         if name.endswith('.safetensors'):
             if not isinstance(c, dict): raise TypeError(f'{name}: a slot holds a dict of tensors as safetensors, not a {type(c).__name__}')
             head, order = safetensors_header({k: v.detach() for k, v in c.items()})
             start = at
             for t in order: copies.append((t, at)); at += t.numel()*t.element_size()
-            recipes[name] = dict(kind='safetensors', head=_b64(head), start=start, size=at-start)
+            recipes[name] = dict(kind='safetensors', head=seal_text(head), start=start, size=at-start)
         else:
             pkl, storages, records = *skeleton(c), []
             for key, s in storages: records.append([key, at, s.nbytes()]); copies.append((s, at)); at = aligned(at + s.nbytes())
-            recipes[name] = dict(kind='torch', pickle=_b64(pkl), records=records, id=f'{uuid.uuid4().int:040d}'[:40])
+            recipes[name] = dict(kind='torch', pickle=seal_text(pkl), records=records, id=f'{uuid.uuid4().int:040d}'[:40])
         at = aligned(at)
     return recipes, copies, at
 
@@ -105,12 +103,12 @@ def reseal(self:SlotRing, step:int, files:dict, meta:dict|None=None) -> Path|Non
     marks, was, recipes = tensor_marks(files), self.marks.get(slot, {}), {}
     for name, c in files.items():
         if isinstance(c, (bytes, bytearray)) or sum(t.numel()*t.element_size() for t in tensors_in(c)) < SMALL:
-            recipes[name] = dict(kind='bytes', data=_b64(_small_bytes(name, c)))    # small: written into the seal, whatever changed
+            recipes[name] = dict(kind='bytes', data=seal_text(_small_bytes(name, c)))    # small: written into the seal, whatever changed
         elif marks[name] is None or marks[name] != was.get(name) or name not in old['files']: return None   # a big file's tensors changed: a new slot
         elif (r := old['files'][name])['kind'] == 'torch':   # its structure pickled again (the hyper-parameters, the step), its storages' spans kept
             pkl, storages = skeleton(c)
             if [(k, s.nbytes()) for k, s in storages] != [(k, n) for k, _, n in r['records']]: return None
-            recipes[name] = dict(r, pickle=_b64(pkl))
+            recipes[name] = dict(r, pickle=seal_text(pkl))
         else: recipes[name] = r                              # safetensors: the same tensors, the same header and bytes
     self.marks[slot] = marks
     seal(slot, dict(old, meta=meta or {}, files=recipes, fill=uuid.uuid4().hex, time=time.time()))

@@ -126,19 +126,20 @@ def write_torch_zip(f, records:list, archive:str='archive'):
     f.write(cd); f.write(_zip_end(len(records), at, len(cd)))
 
 # %% ../../nbs/56_write.slots.ipynb #e791ca8d
-def _b64(s:str) -> bytes: return base64.b64decode(s)
+def seal_text(b:bytes) -> str: return base64.b64encode(b).decode()   # bytes as a seal's JSON holds them (`plan_slot`, `reseal`)
+def seal_bytes(s:str) -> bytes: return base64.b64decode(s)           # and back, as the writer writes them
 
 def _torch_records(r:dict, view) -> list:
     "The records of a `torch.save` zip as recipe `r` and the slot's `view` give them"
-    return [('data.pkl', _b64(r['pickle'])), ('.format_version', b'1'), ('.storage_alignment', str(ALIGN).encode()),
+    return [('data.pkl', seal_bytes(r['pickle'])), ('.format_version', b'1'), ('.storage_alignment', str(ALIGN).encode()),
             ('byteorder', sys.byteorder.encode()), *((f'data/{k}', view[a:a+n]) for k, a, n in r['records']),
             ('version', b'3\n'), ('.data/serialization_id', r.get('id', '0'*40).encode())]
 
 def write_from_slot(f, r:dict, view):
     "Write to `f` the file recipe `r` describes, its bytes from the slot's `view`"
-    if r['kind'] == 'safetensors': f.write(_b64(r['head'])); _write_view(f, view[r['start']:r['start']+r['size']])
+    if r['kind'] == 'safetensors': f.write(seal_bytes(r['head'])); _write_view(f, view[r['start']:r['start']+r['size']])
     elif r['kind'] == 'torch': write_torch_zip(f, _torch_records(r, view))
-    elif r['kind'] == 'bytes': f.write(_b64(r['data']))
+    elif r['kind'] == 'bytes': f.write(seal_bytes(r['data']))
     else: raise ValueError(f'a slot file of kind {r["kind"]!r}: this ddpsafe cannot write it')
 
 def slot_writers(slot:Path, record:dict, view, kept:dict|None=None) -> dict:
