@@ -24,6 +24,7 @@ from .trackers import TrainingCallback, at_fit_end
 from ..state.parts import *
 import ddpsafe.patches.text   # its part (a model's hidden state) and its split of a language model's texts, whatever else is imported
 from ..storage.commit import storage_for
+from ..storage.manifest import Retention
 from ..write.memory import fit_memory_tier
 from ..write.saver import *   # how a checkpoint is written and kept
 from .interval import *   # when a timed save is due
@@ -78,6 +79,7 @@ class CheckpointCallback(TrainingCallback):
                  extra:dict|None=None): # Objects of yours to save with every checkpoint, by name: anything with `state_dict()` and `load_state_dict()`
         store_attr()
         if comp is None: self.comp = np.less if 'loss' in monitor or 'error' in monitor else np.greater
+        Retention(keep, self.comp)   # a `keep` of 0, a comparison named wrong: refused now, not as the fit starts
         self.accept_changes = {accept_changes} if isinstance(accept_changes, str) else set(accept_changes)
         if unknown := self.accept_changes - set(_CHANGES): raise ValueError(f'accept_changes: {sorted(unknown)} not among {_CHANGES}')
         for name, o in (extra or {}).items(): UserState(name, o)     # refuse an object without state now, not at the first save
