@@ -6,11 +6,12 @@ Docs: https://ddpsafe.github.io/ddpsafe/write.slots.html.md"""
 
 # %% ../../nbs/56_write.slots.ipynb #e0ada34e
 from __future__ import annotations
-import io, os, sys, json, mmap, time, uuid, errno, base64, select, shutil, signal, struct, tempfile, contextlib, subprocess, threading
+import io, os, sys, json, mmap, time, uuid, errno, base64, select, shutil, signal, tempfile, contextlib, subprocess, threading
 from pathlib import Path
 import ddpsafe
 from ..storage.commit import FileWriter, write_file
 from ..storage.manifest import commit_checkpoint, read_manifest, Retention
+from ..formats.archive import STORAGE_ALIGN, write_torch_zip, torch_records
 
 # %% auto #0
 __all__ = []
@@ -19,7 +20,7 @@ __all__ = []
 SEAL = 'sealed.json'             # A slot's record, renamed into place last: a slot without it holds nothing
 SLOT_DATA = 'data'               # A slot's bytes: every tensor of a state, at the offsets its record lists
 SLOT_FORMAT = 'ddpsafe-slot/1'
-ALIGN = 64                       # Every region of a slot starts 64-byte aligned, as torch aligns a storage in its zip
+ALIGN = STORAGE_ALIGN            # Every region of a slot starts 64-byte aligned, as torch aligns a storage in its zip
 
 def aligned(n:int, to:int=ALIGN) -> int:
     "`n` rounded up to a multiple of `to`"
@@ -81,32 +82,6 @@ def sealed_slots(folder:Path) -> list:
     return sorted(found)
 
 # %% ../../nbs/56_write.slots.ipynb #1fd9cf11
-_FULL = 0xFFFFFFFF    # a 32-bit field that says: see zip64's extra field
-_Z64 = _FULL          # a size or offset from here up takes zip64's extra field
-
-def _zip_local(name:bytes, size:int, at:int) -> bytes:
-    "A zip local header for stored record `name` of `size` bytes at offset `at`, padded so that its data starts 64-byte aligned"
-    z64 = size >= _Z64
-    extra = struct.pack('<HHQQ', 1, 16, size, size) if z64 else b''
-    pad = -(at + 30 + len(name) + len(extra) + 4) % ALIGN
-    extra += struct.pack('<HH', 0x4246, pad) + b'Z'*pad          # torch's padding field, 'FB'
-    n = _FULL if z64 else size
-    return struct.pack('<IHHHHHIIIHH', 0x04034b50, 45 if z64 else 20, 0, 0, 0, 0x21, 0, n, n, len(name), len(extra)) + name + extra
-
-def _zip_central(name:bytes, size:int, at:int) -> bytes:
-    "`name`'s entry in the central directory"
-    big = [v for v in (size, size, at) if v >= _Z64]
-    extra = struct.pack('<HH', 1, 8*len(big)) + b''.join(struct.pack('<Q', v) for v in big) if big else b''
-    n, o = (_FULL if size >= _Z64 else size), (_FULL if at >= _Z64 else at)
-    return struct.pack('<IHHHHHHIIIHHHHHII', 0x02014b50, 45, 45 if big else 20, 0, 0, 0, 0x21, 0, n, n,
-                       len(name), len(extra), 0, 0, 0, 0, o) + name + extra
-
-def _zip_end(count:int, at:int, size:int) -> bytes:
-    "The zip64 end record and its locator, then the end record: `count` entries, the central directory of `size` bytes at `at`"
-    end64 = struct.pack('<IQHHIIQQQQ', 0x06064b50, 44, 45, 45, 0, 0, count, count, size, at)
-    loc = struct.pack('<IIQI', 0x07064b50, 0, at + size, 1)
-    return end64 + loc + struct.pack('<IHHHHIIH', 0x06054b50, 0, 0, min(count, 0xFFFF), min(count, 0xFFFF), min(size, _FULL), min(at, _FULL), 0)
-
 CHUNK = 1 << 26   # a write at a time from a slot: the hash advances with it
 WRITTEN = [0]     # bytes this process has written from slots: what its beats report
 
@@ -114,31 +89,15 @@ def _write_view(f, view):
     "Write `view` to `f`, a chunk at a time"
     for a in range(0, len(view), CHUNK): f.write(chunk := view[a:a+CHUNK]); WRITTEN[0] += len(chunk)
 
-def write_torch_zip(f, records:list, archive:str='archive'):
-    "Write to `f` the zip `torch.save` makes, of `records`: (name, bytes or memoryview), in order"
-    at, central = 0, []
-    for name, data in records:
-        data, name = memoryview(data).cast('B'), f'{archive}/{name}'.encode()
-        head = _zip_local(name, len(data), at)
-        f.write(head); _write_view(f, data)
-        central.append(_zip_central(name, len(data), at)); at += len(head) + len(data)
-    cd = b''.join(central)
-    f.write(cd); f.write(_zip_end(len(records), at, len(cd)))
 
 # %% ../../nbs/56_write.slots.ipynb #e791ca8d
 def seal_text(b:bytes) -> str: return base64.b64encode(b).decode()   # bytes as a seal's JSON holds them (`plan_slot`, `reseal`)
 def seal_bytes(s:str) -> bytes: return base64.b64decode(s)           # and back, as the writer writes them
 
-def _torch_records(r:dict, view) -> list:
-    "The records of a `torch.save` zip as recipe `r` and the slot's `view` give them"
-    return [('data.pkl', seal_bytes(r['pickle'])), ('.format_version', b'1'), ('.storage_alignment', str(ALIGN).encode()),
-            ('byteorder', sys.byteorder.encode()), *((f'data/{k}', view[a:a+n]) for k, a, n in r['records']),
-            ('version', b'3\n'), ('.data/serialization_id', r.get('id', '0'*40).encode())]
-
 def write_from_slot(f, r:dict, view):
     "Write to `f` the file recipe `r` describes, its bytes from the slot's `view`"
     if r['kind'] == 'safetensors': f.write(seal_bytes(r['head'])); _write_view(f, view[r['start']:r['start']+r['size']])
-    elif r['kind'] == 'torch': write_torch_zip(f, _torch_records(r, view))
+    elif r['kind'] == 'torch': write_torch_zip(f, torch_records(seal_bytes(r['pickle']), [(k, view[a:a+n]) for k, a, n in r['records']], r.get('id', '0'*40)), write=_write_view)
     elif r['kind'] == 'bytes': f.write(seal_bytes(r['data']))
     else: raise ValueError(f'a slot file of kind {r["kind"]!r}: this ddpsafe cannot write it')
 
