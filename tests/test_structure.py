@@ -78,6 +78,12 @@ def test_storage_imports_no_torch():
     g = structure.graph(mods)
     assert not {d for m in found for d in g[m] if structure.room(d) != 'storage'}, {m: g[m] for m in found}
 
+def test_archive_imports_no_torch():
+    "`formats.archive` (torch's zip, laid out) imports nothing but the standard library's: the writer process writes with it"
+    mods = structure.modules(ROOT/'ddpsafe')
+    assert 'formats.archive' in mods and top_imports(mods['formats.archive']) <= {'sys', 'struct', '__future__'}, top_imports(mods['formats.archive'])
+    assert not structure.graph(mods)['formats.archive'], structure.graph(mods)['formats.archive']
+
 def test_the_check_sees_a_cycle(tmp_path):
     (tmp_path/'a.py').write_text('from .b import x\n')
     (tmp_path/'b.py').write_text('import os\ndef f():\n    from ddpsafe.a import y\n')   # lazy, inside a function: still a cycle
