@@ -92,7 +92,7 @@ learn = synth_learner(path=sys.argv[2], n=256)
 learn.remove_cb(ProgressCallback)
 with learn.distrib_ctx():
     learn.fit(1, cbs=CheckpointCallback())
-os.write(1, f"WEIGHTS {os.environ['RANK']} {state_digest(learn.model.state_dict())}\n".encode())   # one write (print makes two): two ranks share the pipe
+os.write(1, f"WEIGHTS {os.environ['RANK']} {state_digest(learn.model.state_dict())}\\n".encode())   # one write (print makes two): two ranks share the pipe
 """
 
 def test_partial_state_before_distrib_ctx(tools, tmp_path):
