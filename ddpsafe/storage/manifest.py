@@ -244,7 +244,8 @@ def comparison_name(comp) -> str|None:
     "'less' or 'greater' for `comp` ('less', `np.less`, `operator.gt`...); `None` for a comparison without a name"
     if isinstance(comp, str): return comp
     np = sys.modules.get('numpy')   # numpy's are known once numpy is loaded: storage stands without it
-    return ({operator.lt: 'less', operator.gt: 'greater'} | ({np.less: 'less', np.greater: 'greater'} if np else {})).get(comp)
+    known = [(operator.lt, 'less'), (operator.gt, 'greater')] + ([(np.less, 'less'), (np.greater, 'greater')] if np else [])
+    return next((n for c, n in known if c is comp), None)   # by identity: any callable, hashable or not
 
 # %% ../../nbs/46_storage.manifest.ipynb #a7fbc027
 @dataclass(frozen=True)
@@ -277,7 +278,7 @@ class Retention:
         if newest is None: return []
         upto = [p for p in checkpoints(root, storage) if checkpoint_step(p) <= checkpoint_step(newest) and checkpoint_status(p, False, storage) == 'complete']
         mans = {str(p): read_manifest(p, storage) for p in upto} if self.comp is not None or self.fit_ends else {}
-        best = best_of([(mans[str(p)].get('metric'), p) for p in upto], COMPARISONS.get(self.comp, self.comp)) if self.comp is not None else None
+        best = best_of([(mans[str(p)].get('metric'), p) for p in upto], COMPARISONS[self.comp] if isinstance(self.comp, str) else self.comp) if self.comp is not None else None
         kept = {str(p) for p in (best, *self.held, *(_fit_ends(upto, mans) if self.fit_ends else ())) if p is not None}
         old = [p for p in upto[:max(len(upto)-self.keep, 0)] if str(p) not in kept]
         for p in old: discard(p, marker=MANIFEST, storage=storage)
