@@ -231,7 +231,7 @@ def ended(self:SaveTimer, how:str, # 'finished', 'stopped', 'preempted' or 'erro
 # %% ../../nbs/67_callback.interval.ipynb #c0a70002
 COUNTERS = 'launches.counters'   # the running launch's counters, in the checkpoints folder, mapped into rank 0's memory
 _FIELDS = ('launch', 'first_t', 'save_seconds_total', 'eval_seconds', 'step', 'last_t', 'steps', 'save_at_last', 'eval_at_last', 'seen_t')
-_AT_STEP = struct.Struct('<6d')   # the fields from `step` on: what a step writes, in one store
+_AT = {k: i for i, k in enumerate(_FIELDS)}   # each counter's index: a double each, in this order
 
 # %% ../../nbs/67_callback.interval.ipynb #c0a70003
 def process_started(pid:int # A process of this machine
@@ -254,29 +254,30 @@ class LaunchCounters:
                  folder:Path|None=None, # The local checkpoints folder; `None`: counted in memory only (rank 1, object storage)
                  launch:str|None=None): # The launch's id (`SaveTimer.launch`)
         store_attr()
-        self.buf, self.map, self.eval_began = bytearray(8*len(_FIELDS)), None, None
+        self.map, self.eval_began, self.moved = None, None, False
         self.steps, self.save_total, self.eval_total = 0, 0., 0.
-        if folder is None or launch is None: return
-        try: self.map = _quietly(_take_counters, Path(folder), launch)
-        except ValueError: self.map = None   # not an id of `launch_started`'s
-        if self.map is not None: self.buf = self.map
-        struct.pack_into('<d', self.buf, 0, int(launch, 16))
+        if folder is not None and launch is not None:
+            try: self.map = _quietly(_take_counters, Path(folder), launch)
+            except ValueError: pass   # not an id of `launch_started`'s
+        self.at = memoryview(bytearray(8*len(_FIELDS)) if self.map is None else self.map).cast('d')   # the counters by index (`_AT`)
+        if self.map is not None: self.at[0] = int(launch, 16)
 
     def step(self, global_step:int): # The optimizer step just made, counted over the run
-        "Count a step: the only call on the training thread at every step, one store into the mapping"
-        now = time.time(); self.steps += 1
-        if self.steps == 1: struct.pack_into('<d', self.buf, 8, now)
-        _AT_STEP.pack_into(self.buf, 32, global_step, now, self.steps, self.save_total, self.eval_total, now)
+        "Count a step: the only call on the training thread at every step, three stores into the mapping"
+        now, at = time.time(), self.at; self.steps += 1
+        at[4], at[5], at[6] = global_step, now, self.steps
+        if self.steps == 1: at[1] = now
+        if self.moved: at[7], at[8], self.moved = self.save_total, self.eval_total, False   # a save or a validation came before this step
 
     def close(self):
         "Let go of the mapping (the counters stay in the file, and in memory)"
-        if self.map is not None: self.buf = bytearray(self.map[:]); self.map.close(); self.map = None
+        if self.map is None: return
+        raw = self.map[:]; self.at.release(); self.map.close()
+        self.map, self.at = None, memoryview(bytearray(raw)).cast('d')
 
     def state(self) -> dict:
         "The counters, by name"
-        d = dict(zip(_FIELDS[1:], struct.unpack_from(f'<{len(_FIELDS)-1}d', self.buf, 8)))
-        d['step'], d['steps'] = int(d['step']), int(d['steps'])
-        return d
+        return _named(self.at.tolist())[1]
 
 # %% ../../nbs/67_callback.interval.ipynb #c0a70006
 def _take_counters(folder:Path, launch:str):
@@ -286,19 +287,23 @@ def _take_counters(folder:Path, launch:str):
     with open(p, 'r+b' if p.exists() and p.stat().st_size == size else 'wb') as f: f.write(bytes(size))   # in place: an earlier fit of this process may still map it
     with open(p, 'r+b') as f: return mmap.mmap(f.fileno(), size)
 
+def _named(values:list) -> tuple[float, dict]:
+    "The launch's id as a number, and the other counters by name; a step's time is a time something was counted"
+    d = dict(zip(_FIELDS, values))
+    d['seen_t'], d['step'], d['steps'] = max(d['seen_t'], d['last_t']), int(d['step']), int(d['steps'])
+    return d.pop('launch'), d
+
 def counters_of(raw:bytes # The bytes of a `COUNTERS` file
                ) -> dict|None:
     "The counters in `raw`, with the launch's id; `None` if they count nothing"
     if len(raw) != 8*len(_FIELDS): return None
-    d = dict(zip(_FIELDS, struct.unpack(f'<{len(_FIELDS)}d', raw)))
-    if d['launch'] <= 0 or d['seen_t'] == 0: return None
-    d['launch'], d['step'], d['steps'] = f"{int(d['launch']):012x}", int(d['step']), int(d['steps'])
-    return d
+    launch, d = _named(struct.unpack(f'<{len(_FIELDS)}d', raw))
+    return None if launch <= 0 or d['seen_t'] == 0 else dict(launch=f"{int(launch):012x}", **d)
 
-def _seen(c:LaunchCounters, offset:int, value:float):
-    "Write one counter at `offset`, and the time anything was last counted"
+def _seen(c:LaunchCounters, name:str, value:float):
+    "Write one counter, and the time anything was last counted"
     now = time.time()
-    struct.pack_into('<d', c.buf, offset, value); struct.pack_into('<d', c.buf, 72, now)
+    c.at[_AT[name]], c.at[_AT['seen_t']], c.moved = value, now, True
     return now
 
 @patch
@@ -306,7 +311,7 @@ def saved(self:LaunchCounters, seconds:float, # How long a save blocked training
           step:int|None=None):  # The step of a save to disk, recorded as a `save` line; `None`: counted only (the memory tier)
     "Count a save's blocking time; record a save to disk"
     self.save_total += seconds
-    now = _seen(self, 16, self.save_total)
+    now = _seen(self, 'save_seconds_total', self.save_total)
     if step is not None and self.map is not None:
         _quietly(record_launch, self.folder, dict(ev='save', launch=self.launch, t=now, seconds=seconds, **(self.state() | dict(step=step))))
 
@@ -315,4 +320,4 @@ def evaluating(self:LaunchCounters, began:bool): # True as the validation begins
     "Count the seconds of a validation"
     now = time.time()
     if began: self.eval_began = now
-    elif self.eval_began is not None: self.eval_total += now - self.eval_began; _seen(self, 24, self.eval_total); self.eval_began = None
+    elif self.eval_began is not None: self.eval_total += now - self.eval_began; _seen(self, 'eval_seconds', self.eval_total); self.eval_began = None
