@@ -14,7 +14,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import HERE, make_state, tensors, flat, nbytes, fsync_file, load, wait_quiet, trim, machine, now, rotated, sync, device_facts, command
-from ddpsafe.state.parts import rng_state; from ddpsafe.formats.files import checkpoint_writers; from ddpsafe.storage.manifest import write_checkpoint, Retention
+from ddpsafe.state.parts import rng_state; from ddpsafe.files.codec import checkpoint_writers; from ddpsafe.storage.manifest import write_checkpoint, Retention
 from ddpsafe.write.slot_copy import SlotPipe
 from ddpsafe.write.slots import slots_home
 from ddpsafe.write.memory import MemoryTier

@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import HERE, N_LAYERS, ROW, load, wait_quiet, trim, timed, write_json, now, sync, device_facts, machine, command
-from ddpsafe.state.parts import model_weights, load_weights, rng_state, set_rng_state; from ddpsafe.formats.files import checkpoint_writers
+from ddpsafe.state.parts import model_weights, load_weights, rng_state, set_rng_state; from ddpsafe.files.codec import checkpoint_writers
 from ddpsafe.storage.manifest import write_checkpoint; from ddpsafe.state.resume import choose_checkpoint, read_checkpoint_file
 
 def learner_state(mb:int):

@@ -11,7 +11,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import HERE, make_state, trim, load, machine, now, command, write_json
-from ddpsafe.state.parts import rng_state; from ddpsafe.formats.files import checkpoint_writers; from ddpsafe.storage.manifest import write_checkpoint
+from ddpsafe.state.parts import rng_state; from ddpsafe.files.codec import checkpoint_writers; from ddpsafe.storage.manifest import write_checkpoint
 from ddpsafe.storage.commit import write_file, as_path
 
 GOAL = ('ddpsafe save to S3 throughput / s3fs putting the same bytes', '>=', 0.8)

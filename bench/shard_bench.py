@@ -18,7 +18,7 @@ def rank_main(mb:int, reps:int, folder:str) -> dict:
     from fastai.optimizer import Adam
     from ddpsafe.dist.collectives import rank, on_main, barrier; from ddpsafe.state.parts import model_weights, rng_state
     from ddpsafe.state.shards import shard_state; from ddpsafe.write.saver import write_in_shards; from ddpsafe.state.sharded import full_optimizer_state
-    from ddpsafe.formats.files import checkpoint_writers; from ddpsafe.storage.manifest import write_checkpoint; from ddpsafe.write.snapshot import StateBuffers
+    from ddpsafe.files.safe import checkpoint_writers; from ddpsafe.storage.manifest import write_checkpoint; from ddpsafe.write.snapshot import StateBuffers
     torch.manual_seed(0); torch.set_num_threads(1)
     width, layers = 1024, max(1, round(mb * 10**6 / 3 / 4 / 1024**2))      # weights + 2 Adam tensors, fp32
     model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])

@@ -13,7 +13,8 @@ __all__ = []
 import ddpsafe.patches.learner, ddpsafe.callback.trackers, ddpsafe.state.parts, ddpsafe.callback.checkpoint, ddpsafe.patches.fsdp, ddpsafe.patches.text
 from .dist.ranks import rank, world, is_main, ddp_timeout, DistTimeout, PeerFailed, CheckpointMismatch
 from .dist.collectives import barrier, on_main, agree, any_rank, all_ranks
-from .formats.files import atomic_save, safe_load, prepare_dir, atomic_write, CorruptFileError, UnsafePickleError
+from .files.safe import atomic_save, safe_load, prepare_dir, atomic_write
+from .files.codec import CorruptFileError, UnsafePickleError
 from .storage.manifest import newest_complete, checkpoint_status, CorruptCheckpoint, REQUEUE_EXIT_CODE, STOPPED_EXIT_CODE
 from .storage.owner import FolderInUse
 from .callback.preempt import StopRequests

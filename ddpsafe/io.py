@@ -1,4 +1,4 @@
-"""The path scripts import the safe files from: the names of `ddpsafe.formats.files`, where the code lives.
+"""The path scripts import the safe files from: the names of `ddpsafe.files.safe`, where the code lives.
 
 Docs: https://ddpsafe.github.io/ddpsafe/io.html.md"""
 
@@ -8,5 +8,5 @@ Docs: https://ddpsafe.github.io/ddpsafe/io.html.md"""
 __all__ = []
 
 # %% ../nbs/76_io.ipynb #7b31f428
-from .formats.files import *
-from .formats.files import __all__
+from .files.safe import *
+from .files.safe import __all__

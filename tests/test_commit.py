@@ -132,7 +132,7 @@ def test_each_file_hashed_once(tmp_path, monkeypatch):
 def test_torch_writer_hash_matches_the_file(tmp_path):
     "torch.save through the hashing file gives the checksum of the bytes on disk"
     torch = pytest.importorskip('torch')
-    from ddpsafe.formats.files import torch_writer, safetensors_writer
+    from ddpsafe.files.codec import torch_writer, safetensors_writer
     ck = write_checkpoint(tmp_path, 1, {'state.pt': torch_writer({'w': torch.randn(300, 7), 'n': 3}),
                                         'model.safetensors': safetensors_writer({'w': torch.randn(5, 4).t()})})
     assert check_checkpoint(ck, checksums=True) == []

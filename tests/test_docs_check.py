@@ -117,7 +117,7 @@ def test_heading_ids(docs):
 
 def test_api_index_fails_on_a_dead_row(docs):
     mds = {'io': docs.sd_anchors('# Files\n\n### atomic_save'), 'manifest': '# Folders\n\n## How a run ended'}
-    syms = {'atomic_save': [('ddpsafe.formats.files', 'io', 'atomic_save')]}
+    syms = {'atomic_save': [('ddpsafe.files.safe', 'io', 'atomic_save')]}
     assert docs.resolve(docs.Use('atomic_save'), syms, mds).anchor == 'atomic_save'
     assert docs.resolve(docs.Use('X', at='manifest: How a run', doc='x'), syms, mds).anchor == 'how-a-run-ended'
     for use in (docs.Use('atomic_save_renamed', doc='x'), docs.Use('X', at='manifest: How it ended', doc='x')):

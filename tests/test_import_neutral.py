@@ -59,7 +59,7 @@ assert not [m for m in sys.modules if m.split('.')[0] == 'fastai'], 'ddpsafe.cor
 from ddpsafe.core import on_main, agree, rank; from ddpsafe.io import atomic_save, safe_load, prepare_dir
 from ddpsafe.checkpoint import CheckpointCallback
 from ddpsafe.all import *
-import ddpsafe.dist.collectives as c, ddpsafe.formats.files as f, ddpsafe.callback.checkpoint as k
+import ddpsafe.dist.collectives as c, ddpsafe.files.safe as f, ddpsafe.callback.checkpoint as k
 assert (ddpsafe.core.__all__, ddpsafe.io.__all__) == (c.__all__, f.__all__) and CheckpointCallback is k.CheckpointCallback
 print('ok')
 '''

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest, torch
 from ddpsafe.testing import run_ranks, synth_learner
 from ddpsafe.dist.collectives import rank
-from ddpsafe.formats.files import atomic_save, safe_load, CorruptFileError, UnsafePickleError
+from ddpsafe.files.safe import atomic_save, safe_load
+from ddpsafe.files.codec import CorruptFileError, UnsafePickleError
 import ddpsafe.patches.learner
 from ddpsafe.patches.learner import CheckpointMismatch
 

@@ -29,7 +29,8 @@ import fastai.distributed                            # distrib_ctx
 from ddpsafe.all import *
 import ddpsafe.state.parts as parts_mod
 from ddpsafe.dist.collectives import rank
-from ddpsafe.formats.files import safe_load, torch_writer
+from ddpsafe.files.safe import safe_load
+from ddpsafe.files.codec import torch_writer
 from ddpsafe.patches.learner import fastai_safe_globals
 from ddpsafe.storage.manifest import newest_complete, read_manifest, write_checkpoint, checkpoints
 from ddpsafe.testing import run_ranks, synth_learner

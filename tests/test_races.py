@@ -27,7 +27,7 @@ import os, sys, time, json, shutil, random, signal, subprocess, tempfile
 from pathlib import Path
 import pytest, torch, torch.distributed as dist
 from ddpsafe.dist.collectives import agree
-from ddpsafe.formats.files import atomic_save, safe_load, prepare_dir
+from ddpsafe.files.safe import atomic_save, safe_load, prepare_dir
 from ddpsafe.testing import run_ranks, RanksFailed, free_port, wait_until, WaitTimeout
 from conftest import counts
 

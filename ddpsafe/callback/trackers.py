@@ -15,7 +15,7 @@ from fastai.learner import Learner
 from fastai.callback.core import Callback, CancelFitException, GatherPredsCallback
 from ..dist.collectives import *
 from ..dist.ranks import *
-from ..formats.files import *
+from ..files.safe import *
 from ..patches.patching import fastai_stock, patch_fastai
 from ..dist.collectives import name_failure
 from ..dist.watch import count_batch, watching_progress

@@ -1,2 +1,2 @@
-"""`ddpsafe.formats`: tensors and objects to files and back: safetensors, torch's format (its archive laid out without torch, for the writer process), loads that never unpickle by default."""
+"""`ddpsafe.formats`: the layouts of the files a checkpoint holds, without torch: torch's zip archive (`archive`) and safetensors' header (`safetensors`), so that the writer process can lay a file out from a slot's bytes."""
 # Not generated: nbdev makes no `__init__.py` of a subpackage; each module here is exported from its notebook in nbs/.

@@ -26,8 +26,8 @@ from ..dist.collectives import *
 from ..dist.ranks import *
 from ..dist.watch import release_side_group
 from ..state.sharded import is_sharded, full_weights, load_full_weights, full_optimizer_state, shard_optimizer_state
-from ..formats.files import *
-from ..formats.files import collective_read
+from ..files.safe import *
+from ..files.safe import collective_read
 from ..dist.collectives import name_failure
 
 # %% auto #0

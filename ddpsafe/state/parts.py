@@ -15,7 +15,7 @@ from fastai.optimizer import OptimWrapper
 from fastai.torch_core import get_model
 from .. import __version__
 from ..dist.ranks import rank, world, is_main, loaded_class, CheckpointMismatch
-from ..formats.files import writer_for, checkpoint_writers   # `from ddpsafe.state.parts import checkpoint_writers` still works
+from ..files.codec import writer_for, checkpoint_writers   # `from ddpsafe.state.parts import checkpoint_writers` still works
 from ..storage.manifest import uncompiled_key
 from .sharded import is_sharded, full_weights, load_full_weights, full_optimizer_state, shard_optimizer_state
 from .training_state import *   # `from ddpsafe.state.parts import Part, register_part, TrainingState` still works

@@ -14,10 +14,11 @@ from fastai.learner import Learner
 from fastai.optimizer import OptimWrapper
 from fastai.torch_core import get_model
 from ..dist.ranks import *
-from ..formats.files import safe_load, UnsafePickleError
+from ..files.safe import safe_load
+from ..files.codec import UnsafePickleError
 from ..storage.commit import storage_for, as_path
 from ..storage.manifest import *
-from ..formats.files import fastai_safe_globals
+from ..files.codec import fastai_safe_globals
 from ..dist.ranks import loaded_class
 from ..storage.manifest import uncompiled_key, ROLLED_BACK, set_aside
 from .training_state import LEGACY_PARTS, check_parts

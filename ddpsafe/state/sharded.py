@@ -10,7 +10,7 @@ import torch, torch.distributed as dist
 from fastai.torch_core import get_model
 from ..dist.collectives import *
 from ..dist.ranks import *
-from ..formats.files import map_tensors
+from ..files.codec import map_tensors
 from ..dist.ranks import is_dtensor, loaded_class
 
 # %% auto #0
@@ -91,7 +91,7 @@ import pickle, warnings
 from pathlib import Path
 import functools
 from ..storage.commit import file_digest, errno_of
-from ..formats.files import UnsafePickleError, zip_crc
+from ..files.codec import UnsafePickleError, zip_crc
 from ..storage.manifest import CorruptCheckpoint, SHARD_INDEX
 
 # %% ../../nbs/51_state.sharded.ipynb #43529e19

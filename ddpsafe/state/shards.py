@@ -14,7 +14,7 @@ from fastai.torch_core import get_model
 from ..dist.collectives import *
 from ..dist.ranks import *
 from ..storage.manifest import *
-from ..formats.files import map_tensors
+from ..files.codec import map_tensors
 from .sharded import SHARD_PLACEHOLDER, fill_placeholders, read_shards, read_shard_index, fit_problems, dcp_error, rank_failures
 from .parts import ModelState, OptimizerState, tied_names
 from ..dist.ranks import is_dtensor

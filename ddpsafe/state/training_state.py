@@ -11,7 +11,7 @@ from fastcore.basics import patch, listify
 from fastai.learner import Learner
 from ..dist.ranks import rank, is_main, coordinating, CheckpointMismatch
 from ..dist.collectives import all_ranks
-from ..formats.files import map_tensors
+from ..files.codec import map_tensors
 from ..storage.manifest import SHARD_INDEX
 
 # %% auto #0

@@ -14,7 +14,7 @@ from ..dist.collectives import on_main, is_main
 from ..storage.commit import storage_for, discard, is_url
 from ..storage.manifest import *
 from .snapshot import Tier, AsyncWriter, StateBuffers, write_pace
-from ..formats.files import checkpoint_writers
+from ..files.codec import checkpoint_writers
 from .slots import sealed_slots, read_seal
 from .slot_copy import SlotPipe, everywhere
 

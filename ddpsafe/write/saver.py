@@ -15,7 +15,8 @@ from fastcore.basics import patch, store_attr
 from ..dist.collectives import *
 from ..dist.ranks import *
 from ..storage.commit import storage_for
-from ..formats.files import prepare_dir, skeleton, tensor_marks
+from ..files.safe import prepare_dir
+from ..files.codec import skeleton, tensor_marks
 from ..storage.owner import claim_checkpoints
 from ..storage.manifest import *
 from .snapshot import StateBuffers, AsyncWriter, Tier, write_pace

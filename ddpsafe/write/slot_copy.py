@@ -10,7 +10,8 @@ import io, os, time, uuid, errno, pickle, warnings, threading, contextlib
 from pathlib import Path
 import torch
 from fastcore.basics import patch
-from ..formats.files import safetensors_header, skeleton, tensor_marks, tensors_in
+from ..formats.safetensors import safetensors_header
+from ..files.codec import skeleton, tensor_marks, tensors_in
 from ..dist.collectives import on_main, is_main
 from ..dist.watch import waiting_for
 from ..storage.commit import temporaries, storage_for

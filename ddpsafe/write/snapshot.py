@@ -9,7 +9,7 @@ from __future__ import annotations
 import os, sys, math, time, queue, threading, contextlib
 import torch
 from ..dist.ranks import is_dtensor
-from ..formats.files import map_tensors
+from ..files.codec import map_tensors
 from ..storage.upload import lower_priority   # the writer thread runs at the upload thread's low priority
 
 # %% auto #0

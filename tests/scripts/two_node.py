@@ -18,7 +18,7 @@ def digest(sd:dict) -> str:
 
 def main(mode:str, n:int):
     dist.init_process_group('gloo', timeout=timedelta(seconds=60))
-    from ddpsafe.formats.files import atomic_save, safe_load
+    from ddpsafe.files.safe import atomic_save, safe_load
     r, node_dir = dist.get_rank(), Path(os.environ['DDPSAFE_NODE_DIR'])
     f = node_dir/'ckpt'/'model.pth'             # the same relative path on every node
     f.parent.mkdir(parents=True, exist_ok=True)
