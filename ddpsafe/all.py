@@ -26,7 +26,7 @@ from .testing import run_ranks, RanksFailed, run_script, launch_ranks, synth_lea
 from .cli import ddpsafe_ls, ddpsafe_verify, ddpsafe_status, ddpsafe_export
 
 # %% ../nbs/74_all.ipynb #8614f33d
-# What `from ddpsafe.all import *` gives: the public API, grouped as the API index groups it (tools/docs.py `API_GROUPS`)
+# What `from ddpsafe.all import *` gives: the public API, grouped as the API index groups it (tools/docsite/api_index.py `API_GROUPS`)
 __all__ = [
     # checkpoint and resume a fit, and what a resume raises
     'CheckpointCallback', 'CheckpointMismatch', 'CorruptCheckpoint', 'FolderInUse', 'newest_complete', 'checkpoint_status',

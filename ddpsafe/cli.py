@@ -200,7 +200,7 @@ def export_weights(src:Path|str, # A checkpoint, or a checkpoints folder (its ne
                    best:bool=False # From a folder, its best checkpoint (`best_complete`) instead of its newest
                   ) -> Path:
     "The model weights of a checkpoint as one safetensors file, under the plain model's keys"
-    import safetensors.torch as st
+    from ddpsafe.files.codec import safetensors_writer   # torch: imported by the one command that needs it
     ck = export_source(src, best)
     man = read_manifest(ck)
     weights, came_from = {}, {}
@@ -209,7 +209,7 @@ def export_weights(src:Path|str, # A checkpoint, or a checkpoints folder (its ne
         came_from[p], weights[p] = k, v
     meta = dict(ddpsafe_checkpoint=str(ck), step=str(man['step']))
     if man.get('metric') is not None: meta.update(monitor=str(man.get('monitor')), metric=repr(man['metric']))
-    return commit_file(as_path(out), st.save(weights, metadata=meta))
+    return commit_file(as_path(out), safetensors_writer(weights, meta))   # streamed, a tensor at a time
 
 # %% ../nbs/71_cli.ipynb #aadc3214
 @call_parse

@@ -3,14 +3,15 @@ one problem (a fastai progress bar, a build-machine path, an API entry without i
 alt text, a page wider than a phone, a heading that did not render, code broken inside a name; on a phone a copy button over
 code, a tutorial's end-of-line comment cut at the edge, `ddpsafe-ls`'s best mark out of sight), loaded in headless Chromium the way the checker
 loads the site; and a clean page passes. Skipped only when no Chromium is installed. Then the docs build's own rules
-(tools/docs.py): show_doc headings render (dunders included), the API index fails on a name with no entry, fastai's
+(tools/docsite/): show_doc headings render (dunders included), the API index fails on a name with no entry, fastai's
 progress becomes one table per fit."""
 from __future__ import annotations
-import sys
+import re, sys
 from pathlib import Path
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]/'tools'))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT/'tools'))
 import browser_check as bc
 
 PNG = ('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==')
@@ -94,71 +95,83 @@ def test_noise_rules():
     assert 'epoch table header' in out('epoch     train_loss  valid_loss  time\nddpsafe: resumed')[0]
     assert 'recorder values' in out('[[28.844810485839844, 21.931251525878906],\n [28.53, 21.08]]')[0]
 
-# ---------------------------------------------------------------------------------------------- tools/docs.py
+# ---------------------------------------------------------------------------------------------- tools/docsite/
 @pytest.fixture(scope='module')
 def docs():
-    pytest.importorskip('nbdev'); pytest.importorskip('markdown')
-    import docs as d
-    return d
+    "The docs build's parts (tools/docsite/), by module: `docs.hooks.nb_slugify`"
+    from types import SimpleNamespace
+    from docsite import api_index, hooks, pages, showdoc
+    return SimpleNamespace(api_index=api_index, hooks=hooks, pages=pages, showdoc=showdoc)
 
 def test_dunder_heading_renders(docs):
     import markdown
-    md = markdown.Markdown(extensions=['toc', 'attr_list'], extension_configs={'toc': {'slugify': docs.nb_slugify}})
-    out = md.convert(docs.sd_anchors('### TrackerCallback.__call__\n\n### CSVLogger._flush_lines\n\n## Text models: `save_encoder`'))
+    md = markdown.Markdown(extensions=['toc', 'attr_list'], extension_configs={'toc': {'slugify': docs.hooks.nb_slugify}})
+    out = md.convert(docs.pages.sd_anchors('### TrackerCallback.__call__\n\n### CSVLogger._flush_lines\n\n## Text models: `save_encoder`'))
     assert '<h3 class="nb-sd" id="trackercallback.__call__">TrackerCallback.__call__</h3>' in out, out
     assert 'id="csvlogger._flush_lines">CSVLogger._flush_lines<' in out and 'id="text-models-save_encoder"' in out
-    assert docs.broken_headings(out) == []
-    assert docs.broken_headings('<h3>TrackerCallback.<strong>call</strong> { #trackercallback.</h3>')
-    assert docs.broken_headings('<h2>Passing <code>**kwargs</code></h2>') == []
+    assert docs.hooks.broken_headings(out) == []
+    assert docs.hooks.broken_headings('<h3>TrackerCallback.<strong>call</strong> { #trackercallback.</h3>')
+    assert docs.hooks.broken_headings('<h2>Passing <code>**kwargs</code></h2>') == []
 
 def test_heading_ids(docs):
-    md = docs.sd_anchors('### Learner.save') + '\n\n```python\n# a comment, not a heading\n```\n\n## How a run ended\n\n## How a run ended'
-    assert [a for _, a in docs.heading_ids(md)] == ['learner.save', 'how-a-run-ended', 'how-a-run-ended_1']
+    md = docs.pages.sd_anchors('### Learner.save') + '\n\n```python\n# a comment, not a heading\n```\n\n## How a run ended\n\n## How a run ended'
+    assert [a for _, a in docs.pages.heading_ids(md)] == ['learner.save', 'how-a-run-ended', 'how-a-run-ended_1']
 
 def test_api_index_fails_on_a_dead_row(docs):
-    mds = {'io': docs.sd_anchors('# Files\n\n### atomic_save'), 'manifest': '# Folders\n\n## How a run ended'}
+    mds = {'io': docs.pages.sd_anchors('# Files\n\n### atomic_save'), 'manifest': '# Folders\n\n## How a run ended'}
     syms = {'atomic_save': [('ddpsafe.files.safe', 'io', 'atomic_save')]}
-    assert docs.resolve(docs.Use('atomic_save'), syms, mds).anchor == 'atomic_save'
-    assert docs.resolve(docs.Use('X', at='manifest: How a run', doc='x'), syms, mds).anchor == 'how-a-run-ended'
-    for use in (docs.Use('atomic_save_renamed', doc='x'), docs.Use('X', at='manifest: How it ended', doc='x')):
-        with pytest.raises(docs.DocsError): docs.resolve(use, syms, mds)
-    with pytest.raises(docs.DocsError): docs.resolve(docs.Use('atomic_save'), syms, {'io': '# Files'})   # entry gone
+    assert docs.api_index.resolve(docs.api_index.Use('atomic_save'), syms, mds).anchor == 'atomic_save'
+    assert docs.api_index.resolve(docs.api_index.Use('X', at='manifest: How a run', doc='x'), syms, mds).anchor == 'how-a-run-ended'
+    for use in (docs.api_index.Use('atomic_save_renamed', doc='x'), docs.api_index.Use('X', at='manifest: How it ended', doc='x')):
+        with pytest.raises(docs.api_index.DocsError): docs.api_index.resolve(use, syms, mds)
+    with pytest.raises(docs.api_index.DocsError): docs.api_index.resolve(docs.api_index.Use('atomic_save'), syms, {'io': '# Files'})   # entry gone
 
 def test_one_table_per_fit(docs):
     head = 'epoch     train_loss  valid_loss  time'
-    before, tables, after = docs.fastai_progress(f'start\n{head}\n0 1.0 2.0 00:00\nresumed\n{head}\n{head}\n1 1.5 2.5 00:00\n')
+    before, tables, after = docs.showdoc.fastai_progress(f'start\n{head}\n0 1.0 2.0 00:00\nresumed\n{head}\n{head}\n1 1.5 2.5 00:00\n')
     assert before == ['start'] and [len(t) for t in tables] == [2, 2] and after[0] == 'resumed'
-    assert docs.fastai_progress(f'{head}\nnothing trained\n') == ([ 'nothing trained', ''], [], [])
+    assert docs.showdoc.fastai_progress(f'{head}\nnothing trained\n') == ([ 'nothing trained', ''], [], [])
 
 def test_command_links(docs):
     md = ('Run `ddpsafe-status checkpoints`, then `ddpsafe-status`; [`ddpsafe-ls`](cli.md) is linked already.\n'
           '### `ddpsafe-ls`\n\n```sh\n`ddpsafe-ls`\n```\n')
-    out = docs.command_links(md, 'quickstart', ['ddpsafe-ls', 'ddpsafe-status'])
+    out = docs.pages.command_links(md, 'quickstart', ['ddpsafe-ls', 'ddpsafe-status'])
     assert out.splitlines()[0] == ('Run `ddpsafe-status checkpoints`, then [`ddpsafe-status`](cli.md#ddpsafe-status); '
                                    '[`ddpsafe-ls`](cli.md) is linked already.'), out
     assert out.splitlines()[1:] == md.splitlines()[1:]             # headings and code blocks as they were
-    assert docs.command_links(md, docs.CLI_PAGE, ['ddpsafe-status']) == md   # the CLI page does not link to itself
-    assert 'ddpsafe-demo' in docs.commands()
+    assert docs.pages.command_links(md, docs.pages.CLI_PAGE, ['ddpsafe-status']) == md   # the CLI page does not link to itself
+    assert 'ddpsafe-demo' in docs.pages.commands()
 
 def test_api_index_prefers_the_exact_heading(docs):
     mds = {'cli': '# Command line: `ddpsafe-ls`, `ddpsafe-status`\n\n## The commands\n\n### `ddpsafe-ls`\n\n### `ddpsafe-status`'}
-    assert docs.resolve(docs.Use('ddpsafe-ls', at='cli: `ddpsafe-ls`', doc='x'), {}, mds).anchor == 'ddpsafe-ls'
+    assert docs.api_index.resolve(docs.api_index.Use('ddpsafe-ls', at='cli: `ddpsafe-ls`', doc='x'), {}, mds).anchor == 'ddpsafe-ls'
 
 def test_blank_details(docs):
-    md = docs.sd_anchors('# P\n\n### f\n\n| Parameter | Type | Default | Details |\n|---|---|---|---|\n| `a` | int | `1` | The a |\n'
-                         '| `**kwargs` |  |  |  |\n\n### g\n\n| Parameter | Type | Default | Details |\n|---|---|---|---|\n| `b` |  |  | The b |\n')
-    refs = {'G': [docs.Ref('f', 'p', 'f', 'F'), docs.Ref('g', 'p', 'g', 'G')]}
-    assert docs.blank_details({'p': md}, refs) == ['f (p): **kwargs']
+    "A public name's parameter with no docment fails the build: its table would leave the details blank"
+    def f(a,   # The a
+          **kwargs): "F"
+    def g(b): "G"
+    ai = docs.api_index
+    assert ai.undocumented(f) == ('kwargs',) and ai.undocumented(g) == ('b',)
+    refs = {'G': [ai.Ref('f', 'p', 'f', 'F', ai.undocumented(f)), ai.Ref('h', 'p', 'h', 'H')]}
+    assert ai.blank_details(refs) == ['f (p): kwargs']
+
+def test_no_quarto_callouts():
+    "The pages are MkDocs': a callout is written as an admonition (`!!! note`), which renders; Quarto's `:::` would show as text"
+    import json
+    for nb in sorted((ROOT/'nbs').glob('*.ipynb')):
+        for c in json.loads(nb.read_text())['cells']:
+            if c['cell_type'] == 'markdown': assert not re.search(r'^\s*:::', ''.join(c['source']), re.M), f'{nb.name}: a Quarto callout'
 
 def test_annotations_read_as_code(docs):
     import inspect, pathlib
     def f(file, n=2, *, flag=True, other=None): pass
     f.__annotations__ = dict(file='Path', n='int', flag='bool', other='NotAName')   # as `from __future__ import annotations` keeps them
     f.__module__ = 'pathlib'   # where `Path` is a name
-    assert docs._sig('f', inspect.signature(f), 'def', f) == 'def f(file: pathlib.Path, n: int = 2, *, flag: bool = True, other: NotAName = None)'
+    assert docs.showdoc._sig('f', inspect.signature(f), 'def', f) == 'def f(file: pathlib.Path, n: int = 2, *, flag: bool = True, other: NotAName = None)'
 
 def test_code_breaks(docs):
-    out = docs.code_breaks('<p><code>learn.fit(cbs=SaveModelCallback(monitor=&#39;accuracy&#39;))</code> <code>ddpsafe-ls --stop-at</code></p>'
+    out = docs.hooks.code_breaks('<p><code>learn.fit(cbs=SaveModelCallback(monitor=&#39;accuracy&#39;))</code> <code>ddpsafe-ls --stop-at</code></p>'
                            '<pre><span></span><code>learn.fit(1)</code></pre>')
     assert '<code>learn.<wbr>fit(<wbr>cbs=<wbr>SaveModelCallback(<wbr>monitor=<wbr>&#39;accuracy&#39;))</code>' in out, out
     assert '<span class="nw">ddpsafe-ls</span> <span class="nw">--stop-at</span>' in out, out
@@ -181,8 +194,8 @@ def test_param_groups_head_the_table(docs, tmp_path):
     path = tmp_path/'grouped.py'   # inspect reads the source from a file
     try:
         path.write_text(src); exec(compile(src, str(path), 'exec'), vars(mod))
-        assert docs.param_groups(mod.f, inspect.signature(mod.f).parameters) == dict(b='Where', c='Where', d='How')
-        rows = docs.param_table(mod.f, inspect.signature(mod.f)).splitlines()
+        assert docs.showdoc.param_groups(mod.f, inspect.signature(mod.f).parameters) == dict(b='Where', c='Where', d='How')
+        rows = docs.showdoc.param_table(mod.f, inspect.signature(mod.f)).splitlines()
         assert [r.split('|')[1].strip() for r in rows[2:]] == ['`a`', '**Where**', '`b`', '`c`', '**How**', '`d`'], rows
-        assert rows[4].endswith('| second |') and docs.param_groups(mod.g, inspect.signature(mod.g).parameters) == {}
+        assert rows[4].endswith('| second |') and docs.showdoc.param_groups(mod.g, inspect.signature(mod.g).parameters) == {}
     finally: path.unlink(missing_ok=True); del sys.modules['grouped']

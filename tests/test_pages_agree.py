@@ -7,7 +7,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT/'tools'))
-import browser_check, docs
+import browser_check
+from docsite import showdoc
 
 def page_of(nb:Path) -> str: return re.sub(r'^\d+[a-z]?_', '', nb.stem) + '.html'
 STORIES = [nb for nb in sorted((ROOT/'nbs').glob('*.ipynb')) if page_of(nb) in browser_check.story_pages()]
@@ -48,5 +49,6 @@ def test_get_model_in_callbacks():
         assert 'self.model.state_dict()' not in '\n'.join(shown_code(nb)), nb.name
 
 def test_working_folder_in_output():
-    assert docs.neutral_paths('ddpsafe: checkpoints in /tmp/tmpk2x9q1ab/checkpoints') == 'ddpsafe: checkpoints in ./checkpoints'
-    assert docs.neutral_paths('/tmp/ddpsafe-demo-z1q4zkvh/job') == 'ddpsafe-demo/job'
+    assert showdoc.neutral_paths('ddpsafe: checkpoints in /tmp/tmpk2x9q1ab/checkpoints') == 'ddpsafe: checkpoints in ./checkpoints'
+    assert showdoc.neutral_paths('/tmp/ddpsafe-demo-z1q4zkvh/job') == 'ddpsafe-demo/job'
+    assert showdoc.neutral_paths('Downloading: "http://127.0.0.1:32863/w.pth"') == 'Downloading: "http://127.0.0.1:PORT/w.pth"'

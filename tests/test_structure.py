@@ -195,15 +195,15 @@ API_MD_NAMES = ('rank', 'world', 'is_main', 'barrier', 'DistTimeout', 'on_main',
                 'register_part', 'Part', 'ddpsafe_ls', 'ddpsafe_verify', 'ddpsafe_status', 'ddpsafe_export')
 
 def api_index_names() -> set:
-    "The names the API index lists (tools/docs.py `API_GROUPS`) as Python names: `ddpsafe-ls` as its function `ddpsafe_ls`"
-    spec = importlib.util.spec_from_file_location('docs', ROOT/'tools'/'docs.py')
-    docs = importlib.util.module_from_spec(spec); spec.loader.exec_module(docs)
-    return {n for uses in docs.API_GROUPS.values() for u in uses for n in (u.sym or u.name).split(', ')}
+    "The names the API index lists (tools/docsite/api_index.py `API_GROUPS`) as Python names: `ddpsafe-ls` as its function `ddpsafe_ls`"
+    sys.path.insert(0, str(ROOT/'tools'))
+    from docsite.api_index import API_GROUPS
+    return {n for uses in API_GROUPS.values() for u in uses for n in (u.sym or u.name).split(', ')}
 
 def all_problems(given:list, listed:set) -> list:
     "What is wrong with `given`, the names `from ddpsafe.all import *` gives, against the API index's names `listed`"
     return ([f'{len(given)} names (at most {ALL_CAP})'] * (len(given) > ALL_CAP) +
-            [f'{n}: not in the API index (tools/docs.py API_GROUPS); import it from its module' for n in given if n not in listed] +
+            [f'{n}: not in the API index (tools/docsite/api_index.py API_GROUPS); import it from its module' for n in given if n not in listed] +
             [f'{n}: shared/API.md calls it, ddpsafe.all does not give it' for n in API_MD_NAMES if n not in given])
 
 def test_all_gives_the_api():
@@ -218,7 +218,7 @@ def test_the_check_sees_a_wide_all():
     listed = set(API_MD_NAMES) | {'run_ranks'}
     assert all_problems(sorted(listed), listed) == []
     assert all_problems([*API_MD_NAMES, *[f'helper{i}' for i in range(60)]], listed)[:2] == [
-        '80 names (at most 70)', 'helper0: not in the API index (tools/docs.py API_GROUPS); import it from its module']
+        '80 names (at most 70)', 'helper0: not in the API index (tools/docsite/api_index.py API_GROUPS); import it from its module']
     assert all_problems(['rank'], listed)[0] == 'world: shared/API.md calls it, ddpsafe.all does not give it'
 
 MODULE_CAP, GROUND_CAP = 400, 350

@@ -42,7 +42,8 @@ check() {
 print("versions: torch", torch.__version__, "| torchvision", torchvision.__version__, "| fastai", fastai.__version__, "| ddpsafe", ddpsafe.__version__)'
   "$venv/bin/ddpsafe-demo" | tee "$venv/demo.txt" | tail -3
   grep -q 'identical, bit for bit' "$venv/demo.txt" || { echo "ddpsafe-demo in $venv: the resumed run differs from its twin"; return 1; }
-  "$venv/bin/python" -m pytest -p no:cacheprovider -q -ra "${CORE_TESTS[@]}"
+  # the venv's own pytest folder: CI runs the two ends at once, and pytest prunes old folders in a shared one
+  "$venv/bin/python" -m pytest -p no:cacheprovider -q -ra --basetemp="$venv/pytest-tmp" "${CORE_TESTS[@]}"
   echo "check_versions: $venv passed in $((SECONDS - t)) s"
 }
 

@@ -37,7 +37,7 @@ def _written_on_main(path:Path, write) -> Path:
 
 def atomic_save(obj,             # A picklable object; a module or dict of tensors for `.safetensors`; or bytes
                 path:Path|str,   # The file to write
-                **torch_save_kwargs):
+                **torch_save_kwargs): # Passed on to `torch.save`, for a file it writes
     "Write `obj` to `path` atomically on rank 0"
     path = as_path(path)
     return _written_on_main(path, writer_for(obj, path, **torch_save_kwargs))
@@ -112,7 +112,7 @@ def safe_load(path:Path|str,        # The file to read: `.safetensors`, or anyth
               unsafe_pickle:bool=False, # Unpickle arbitrary objects: runs code from the file; only for files you trust
               expect:dict|None=None,    # Its `size` and `xxh3`, as a checkpoint's manifest lists them: see below
               mapped:bool=False,        # A `.safetensors` file's tensors may stay backed by the file (no copy): only to use them at once
-              **torch_load_kwargs):
+              **torch_load_kwargs): # Passed on to `torch.load`, for a file `torch.save` wrote
     "Load `path` on every rank with `weights_only=True`"
     path = as_path(path)
     return collective_read(path, lambda data: deserialize(data, path, map_location, unsafe_pickle, mapped, **torch_load_kwargs), expect)

@@ -6,7 +6,7 @@ Docs: https://ddpsafe.github.io/ddpsafe/storage.commit.html.md"""
 
 # %% ../../nbs/45_storage.commit.ipynb #22548762
 from __future__ import annotations
-import os, re, time, uuid, errno, shutil, tempfile, contextlib
+import io, os, re, time, uuid, errno, shutil, tempfile, contextlib
 from contextlib import contextmanager
 from pathlib import Path
 import xxhash
@@ -266,6 +266,9 @@ class FileWriter:
     def __init__(self, write_to): self.write_to = write_to   # Called with a binary file object to write the content to
     def __call__(self, path:Path|str):
         with open(path, 'wb') as f: self.write_to(f)
+    def data(self) -> bytes:
+        "The bytes it writes, in memory: a small file, kept whole"
+        with io.BytesIO() as b: self.write_to(b); return b.getvalue()
 
 # %% ../../nbs/45_storage.commit.ipynb #9bb00f4b
 def write_file(path:Path|str,     # Where to write

@@ -58,16 +58,22 @@ class MemoryTier(Tier):
         if not (isinstance(keep, int) and keep >= 1): raise ValueError(f'memory_keep={keep!r}: a number of checkpoints, 1 or more')
         self.folder, self.every_steps, self.keep = Path(folder), every_steps, keep
         self.found = on_main(self.folder.is_dir)   # on rank 0's node, as this launch began; made by the first commit
-        self.pipe, self.own = None, False       # rank 0's slots, shared with the disk's async saves (`Saver` sets it); else its own
+        self.pipe, self.own = None, False       # rank 0's ring of slots (`ring`): its own, or shared with the disk's saves
         self.restored = self.launch_held = None # as this launch began: the step of a slot committed to disk, the steps sealed
         self.damaged = []                       # and the slots whose seal could not be read: (name, why)
         self.skipped = self.off = False         # has a save been skipped this fit? did a write fail?
     def __repr__(self): return f'MemoryTier({self.folder}, every {self.every_steps} steps, keep {self.keep})'
     @property
     def slots(self) -> Path: return self.folder/'rank-0'   # rank 0's slots: a whole model's checkpoint
-    def _pipe(self) -> SlotPipe:
-        "The slots: the saver's, or the tier's own (no writer process: a sealed slot is the checkpoint)"
-        if self.pipe is None: self.pipe, self.own = SlotPipe(self.slots, max(2, self.keep), background=False), True
+    def ring(self,
+             extra:int=0,           # Slots beyond the tier's, for the disk's async saves that share the ring
+             background:bool=False, # A writer process for those saves? Without: a sealed slot is the checkpoint
+             depth:int=1,           # Their writes handed to the writer at most at once (`SlotPipe`)
+             shared:bool=False      # Made for the disk's `Saver`, which closes it: the tier's `close` leaves it
+            ) -> SlotPipe:
+        "Rank 0's ring of slots in the tier's folder, made at the first ask: the newest `keep` (2 at least) kept whole, `extra` more"
+        if self.pipe is None:
+            self.pipe, self.own = SlotPipe(self.slots, max(2, self.keep) + extra, background, depth=depth, keep_newest=True), not shared
         return self.pipe
     def due(self, steps:int) -> bool:
         "Is a memory checkpoint due after `steps` optimizer steps of the fit?"
@@ -136,7 +142,7 @@ def ready(self:MemoryTier, step:int # The step due a memory save
 @patch
 def _idle(self:MemoryTier, step:int) -> bool:
     "Rank 0: is a slot free (not the newest, not one the writer has)? Said once a fit: a save skipped"
-    if self._pipe().free() is None:
+    if self.ring().free() is None:
         if not self.skipped: self.skipped = True; print(self.skip_note(step))
         return False
     return True
@@ -172,7 +178,7 @@ def save(self:MemoryTier, step:int, # Optimizer steps done: the checkpoint's nam
 @patch
 def _fill(self:MemoryTier, step:int, files:dict, meta:dict):
     "Rank 0: checkpoint `step` sealed in a free slot; said once: what the tier holds"
-    self._pipe().ring.fill(step, files, dict(meta or {}, tier='memory'))
+    self.ring().ring.fill(step, files, dict(meta or {}, tier='memory'))
     if str(self.folder) not in _said: _said.add(str(self.folder)); print(self.holds_note())
 
 
@@ -185,7 +191,7 @@ def settle(self:MemoryTier):
 @patch
 def reserve(self:MemoryTier, state): # The model's and the optimizer's state dicts, after the fit's first step
     "Rank 0, which copies: its own slots made in the background (the saver's, shared, it makes itself)"
-    if is_main() and not self.off and (self.pipe is None or self.own): self._pipe().reserve(state)
+    if is_main() and not self.off and (self.pipe is None or self.own): self.ring().reserve(state)
 
 @patch
 def close(self:MemoryTier):

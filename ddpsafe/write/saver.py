@@ -37,11 +37,9 @@ def _fingerprints(files:dict) -> dict:
     return {n: None if m is None else (skeleton(files[n])[0], m) for n, m in tensor_marks(files).items()}
 
 def _slots_folder(root, # The run's checkpoints folder (the `local` one when there are two tiers)
-                 memory=None, # The fit's `MemoryTier`: its folder holds the slots
                  home=None    # Where the run's own folder goes; `None`: `slots_home()` (/dev/shm)
                 ) -> Path:
-    "Rank 0's slots folder: in the memory tier's folder, else one of the run's own in /dev/shm (or `home`); the same at every launch on a node"
-    if memory is not None: return Path(memory.folder)/'rank-0'
+    "Rank 0's slots folder without a memory tier (with one, its folder holds them: `MemoryTier.ring`): one of the run's own in /dev/shm (or `home`); the same at every launch on a node"
     return Path(home or slots_home())/f'ddpsafe-slots-{os.getuid()}-{xxhash.xxh3_64_hexdigest(str(root).encode())[:12]}'/'rank-0'
 
 def _slots_fallback(root) -> Path:
@@ -61,23 +59,24 @@ class Saver(Tier):
                  memory=None,    # The fit's `MemoryTier` ([memory](write.memory.html)): a checkpoint every few steps in node-local RAM, written in the background; `None`: none
                  far=None,       # `path`'s folder when `root` is the `local` one: where the uploads go, and where a resume looks too
                  far_claim=None, # `far`'s `FolderClaim`, released with `claim` as the saver closes
-                 pipe=None,      # Rank 0's `SlotPipe` (slots in /dev/shm, a writer process), shared with `memory`; `None`: made here when one is needed
                  async_slots:int=1): # Async saves' slots, each a copy of the state: 1, a save waits for the write before it; 2, it does not (`CheckpointCallback`)
         if not (isinstance(async_slots, int) and async_slots >= 1): raise ValueError(f'async_slots={async_slots!r}: a number of slots, 1 or more')
         store_attr()
         self.committed = None   # rank 0's last commit by the trainer: its step, folder, files' fingerprints and entries
         self.piped = async_save and not sharded and storage.local and retention.named   # a whole model to a local folder: sealed in a slot, committed by the writer process
         self.writer, self.buffers = (AsyncWriter(), StateBuffers()) if async_save and not self.piped else (None, None)
-        if self.pipe is None and (self.piped or memory is not None):
-            extra = async_slots - 1 if self.piped else 0       # the slots beyond one that async saves were given
-            count = max(2, memory.keep) + extra if memory is not None else async_slots   # the memory tier keeps its newest whole; async saves alone refill theirs
-            self.pipe = SlotPipe(_slots_folder(root, memory), count, self.piped, depth=async_slots, keep_newest=memory is not None)
-            if is_main(): self.pipe.start()
-        if memory is not None: memory.pipe = self.pipe        # one ring of slots: the memory tier's checkpoint is its newest
+        self.pipe = None   # rank 0's slots (`SlotPipe`): one ring for the async saves and the memory tier, whose checkpoint is its newest
+        if memory is not None: self.pipe = memory.ring(async_slots - 1 if self.piped else 0, self.piped, async_slots, shared=True)
+        elif self.piped: self.pipe = SlotPipe(_slots_folder(root), async_slots, depth=async_slots, keep_newest=False)   # refilled, none kept
         self.submitted, self.waited = None, False   # (step, time) of the last background write handed over; has a save waited this fit?
         self.reserved = False   # has this fit's `reserve` run (after its first step, a resumed fit's too)?
         if sharded and async_save and coordinating(): side_group('write')   # every rank's writer thread talks on it
         self.write = self._write_path()
+
+    def start(self):
+        "Rank 0's writer process started, when the saves have one: by `fit_saver`, once the saver is made"
+        if self.pipe is not None and is_main(): self.pipe.start()
+        return self
 
     def _write_path(self):
         "How this fit's saves are written, chosen once: in shards by every rank; whole by rank 0, on its writer thread or now (`save` hands a piped one to the writer process)"
@@ -392,7 +391,7 @@ def fit_saver(folder,                # The checkpoints folder, resolved: a `Path
         if sharded and memory is not None: memory = memory.decline('this fit saves its sharded model in shards, which the memory tier does not hold')
         retention = Retention(keep, comp)   # what each folder keeps: the local one, and the uploads' own
         s = Saver(root, commits, retention, claims[0], async_save, sharded, Uploader(far, retention) if local and is_main() else None,
-                  memory, far if local else None, claims[1] if local else None, async_slots=async_slots)
+                  memory, far if local else None, claims[1] if local else None, async_slots=async_slots).start()
         if s.pipe is not None: everywhere(s.pipe, s.recover)   # what a trainer killed after a seal left: on disk before a resume looks
         return s
     except BaseException:

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from fastcore.basics import patch
 from ..formats.safetensors import safetensors_header
-from ..files.codec import skeleton, tensor_marks, tensors_in
+from ..files.codec import skeleton, tensor_marks, tensors_in, writer_for
 from ..dist.collectives import on_main, is_main
 from ..dist.watch import waiting_for
 from ..storage.commit import temporaries, storage_for
@@ -88,14 +88,6 @@ class SlotRing:
 # %% ../../nbs/57_write.slot_copy.ipynb #b037f1ec
 SMALL = 1 << 20   # a file of fewer bytes than this, resealed, goes into the seal itself
 
-def _small_bytes(name:str, c) -> bytes:
-    "File `name`'s bytes, for a small one written into a seal"
-    if isinstance(c, (bytes, bytearray)): return bytes(c)
-    if name.endswith('.safetensors'):
-        import safetensors.torch as st
-        return st.save({k: v.detach().cpu().contiguous() for k, v in c.items()})
-    b = io.BytesIO(); torch.save(c, b); return b.getvalue()
-
 @patch
 def reseal(self:SlotRing, step:int, files:dict, meta:dict|None=None) -> Path|None:
     "Seal the newest slot again with `meta`, if it holds `step` and its big files' tensors have not changed since; the slot, or `None`"
@@ -104,7 +96,7 @@ def reseal(self:SlotRing, step:int, files:dict, meta:dict|None=None) -> Path|Non
     marks, was, recipes = tensor_marks(files), self.marks.get(slot, {}), {}
     for name, c in files.items():
         if isinstance(c, (bytes, bytearray)) or sum(t.numel()*t.element_size() for t in tensors_in(c)) < SMALL:
-            recipes[name] = dict(kind='bytes', data=seal_text(_small_bytes(name, c)))    # small: written into the seal, whatever changed
+            recipes[name] = dict(kind='bytes', data=seal_text(writer_for(c, name).data()))    # small: written into the seal, whatever changed
         elif marks[name] is None or marks[name] != was.get(name) or name not in old['files']: return None   # a big file's tensors changed: a new slot
         elif (r := old['files'][name])['kind'] == 'torch':   # its structure pickled again (the hyper-parameters, the step), its storages' spans kept
             pkl, storages = skeleton(c)
