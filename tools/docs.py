@@ -8,7 +8,8 @@ How the site is built, and what is done by whom:
   for the docs build only, in nbdev's user config (`$XDG_CONFIG_HOME/nbdev/config.toml`, written in `_docs_build/`):
   `renderer` and `doc_procs`, both in `docsite/showdoc.py`;
 - each processed notebook becomes `_docs_build/md/<page>.md` (`docsite/pages.py`), with the API index and each module
-  page's box of public names (`docsite/api_index.py`), then the nav in sections (`_docs_build/nav.yml`);
+  page's box of public names (`docsite/api_index.py`), then the nav in sections (`_docs_build/nav.yml`, from the front
+  matter: literate-nav or awesome-nav would read a nav file, still written here);
 - MkDocs builds the site, `--strict`: material (theme, search, code copy), Python-Markdown's and pymdownx's extensions
   (admonitions, tables, details, highlighting, snippets of `examples/`), mkdocs-redirects (the pages' old addresses),
   its own link and anchor validation; its hooks are `docsite/hooks.py`.

@@ -4,6 +4,9 @@ Kept by hand because MkDocs reads markdown, not notebooks: mkdocs-jupyter render
 where "markdown things that are mkdocs specific won't work" (its author, danielfrg/mkdocs-jupyter#105): `show_doc`'s
 entries, admonitions and attribute lists would not render as on the other pages. Write a callout as MkDocs'
 admonition (`!!! note`): Python-Markdown renders it; Quarto's `::: {.callout-note}` is not read here (a test says so).
+A figure stays Quarto's `{{< var name >}}`, which `nbdev-docs` renders from nbs/_variables.yml too; here tools/figures.py
+substitutes it (mkdocs-macros would need its own syntax in the notebooks). Autorefs does not read nbdev's absolute
+links (`Linker` makes them relative), nor fall back to a class's entry for a method without one (`fix_anchors`).
 """
 from __future__ import annotations
 import base64, functools, html, os, re, sys, markdown, yaml
